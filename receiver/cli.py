@@ -1,0 +1,240 @@
+"""Operator commands: ``flask hookledger ...`` (added by ``init_app``) or ``hookledger --app ...``.
+
+Every command needs the merchant's app (it holds the handlers and the settings). Errors are
+one line on stderr and a non-zero exit; ``--json`` where ops will script it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+from flask import current_app
+from flask.cli import FlaskGroup, with_appcontext
+
+from receiver import db
+from receiver.errors import HookledgerError
+from receiver.events import parse_event
+from receiver.models import EventStatus, InboxEvent
+from receiver.settings import DOCUMENTED, PREFIX
+from receiver.store import EventFilter
+
+ENV_HELP = "Settings (app.config or environment): " + "; ".join(
+    f"{PREFIX}{k}: {v}" for k, v in DOCUMENTED.items()
+)
+
+
+def _state() -> Any:
+    from receiver.extension import WebhookReceiver
+
+    return WebhookReceiver.state(current_app)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"hookledger: {message}", err=True)
+    sys.exit(2)
+
+
+@click.group("hookledger", help="hookledger webhook inbox.\n\n" + ENV_HELP)
+def hookledger_group() -> None:
+    pass
+
+
+@hookledger_group.group("db", help="Schema migrations of hookledger's tables.")
+def db_group() -> None:
+    pass
+
+
+@db_group.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+@with_appcontext
+def db_upgrade(revision: str) -> None:
+    """Create or upgrade hookledger's tables."""
+    engine = _state().store.engine
+    db.upgrade(engine, revision)
+    click.echo(f"hookledger schema at {db.current_revision(engine)}")
+
+
+@db_group.command("current")
+@with_appcontext
+def db_current() -> None:
+    """Print the schema revision."""
+    click.echo(db.current_revision(_state().store.engine) or "none")
+
+
+@hookledger_group.command("worker")
+@click.option("--burst", is_flag=True, help="Exit when no event is due.")
+@click.option("--lease-seconds", type=float, default=None)
+@click.option("--poll-interval", type=float, default=None)
+@click.option("--name", default=None, help="Worker name shown in lease columns.")
+@with_appcontext
+def worker_cmd(
+    burst: bool, lease_seconds: float | None, poll_interval: float | None, name: str | None
+) -> None:
+    """Process events. SIGTERM finishes the current event, then exits."""
+    state = _state()
+    try:
+        db.check_schema(state.store.engine)
+    except HookledgerError as exc:
+        _fail(exc.message)
+    overrides = {
+        k: v
+        for k, v in (("lease_seconds", lease_seconds), ("poll_interval", poll_interval))
+        if v is not None
+    }
+    worker = state.worker(name=name, **overrides)
+
+    def _stop(signum: int, _frame: Any) -> None:
+        logging.getLogger("receiver.worker").info(
+            "signal %d: finishing the current event", signum, extra={"action": "worker_signal"}
+        )
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    if not state.registry.handlers:
+        click.echo("hookledger: warning: no handlers are registered", err=True)
+    click.echo(f"hookledger worker {worker.name} started", err=True)
+    count = worker.run(burst=burst)
+    click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
+
+
+def _filter_options(func: Any) -> Any:
+    options = [
+        click.option("--id", "pks", type=int, multiple=True, help="Inbox row id (repeatable)."),
+        click.option("--event-id", "event_ids", multiple=True, help="Event id (repeatable)."),
+        click.option("--type", "event_types", multiple=True, help="Event type (repeatable)."),
+        click.option("--since", type=click.DateTime(), default=None, help="Received at or after."),
+        click.option("--until", type=click.DateTime(), default=None, help="Received at or before."),
+        click.option("--limit", type=int, default=None),
+        click.option("--dry-run", is_flag=True, help="Show what would be done."),
+        click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _row(e: InboxEvent) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "event_id": e.event_id,
+        "event_type": e.event_type,
+        "object": e.object_key,
+        "status": e.status,
+        "attempts": e.attempts,
+        "source": e.source,
+        "received_at": e.received_at.isoformat() if e.received_at else None,
+        "last_error": (e.last_error or "").splitlines()[-1:] or None,
+    }
+
+
+def _print(rows: list[dict[str, Any]], as_json: bool, verb: str, dry_run: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, verb: rows}, default=str))
+        return
+    prefix = "would be " if dry_run else ""
+    for r in rows:
+        click.echo(f"#{r['id']} {r['event_id']} {r['event_type']} {r['status']} {r['object']}")
+    click.echo(f"{len(rows)} event(s) {prefix}{verb}")
+
+
+@hookledger_group.command("requeue")
+@_filter_options
+@click.option(
+    "--status",
+    "statuses",
+    type=click.Choice([EventStatus.DEAD, EventStatus.PENDING]),
+    multiple=True,
+    help="Which events (default dead). pending: retry now instead of waiting for backoff.",
+)
+@with_appcontext
+def requeue_cmd(
+    pks: tuple[int, ...],
+    event_ids: tuple[str, ...],
+    event_types: tuple[str, ...],
+    since: datetime | None,
+    until: datetime | None,
+    limit: int | None,
+    dry_run: bool,
+    as_json: bool,
+    statuses: tuple[str, ...],
+) -> None:
+    """Requeue dead (or waiting) events; handlers that succeeded are not run again."""
+    flt = EventFilter(
+        pks=pks, event_ids=event_ids, event_types=event_types, statuses=statuses,
+        since=since, until=until, limit=limit,
+    )
+    chosen = _state().store.requeue(flt, dry_run=dry_run)
+    _print([_row(e) for e in chosen], as_json, "requeued", dry_run)
+
+
+@hookledger_group.command("replay")
+@_filter_options
+@click.option("--status", "statuses", multiple=True, help="Only events in these statuses.")
+@with_appcontext
+def replay_cmd(
+    pks: tuple[int, ...],
+    event_ids: tuple[str, ...],
+    event_types: tuple[str, ...],
+    since: datetime | None,
+    until: datetime | None,
+    limit: int | None,
+    dry_run: bool,
+    as_json: bool,
+    statuses: tuple[str, ...],
+) -> None:
+    """Replay stored events: every handler runs again for a copy (source=replay)."""
+    flt = EventFilter(
+        pks=pks, event_ids=event_ids, event_types=event_types, statuses=statuses,
+        since=since, until=until, limit=limit,
+    )
+    if flt == EventFilter():
+        _fail("replay needs a filter (--id, --event-id, --type, --since/--until or --status)")
+    pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)
+    rows = [{**_row(orig), "replay_event_id": new_id} for orig, new_id in pairs]
+    _print(rows, as_json, "replayed", dry_run)
+
+
+@hookledger_group.command("events")
+@click.option("--status", "statuses", multiple=True)
+@click.option("--type", "event_types", multiple=True)
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@with_appcontext
+def events_cmd(
+    statuses: tuple[str, ...], event_types: tuple[str, ...], limit: int, as_json: bool
+) -> None:
+    """List stored events."""
+    rows = _state().store.select_events(
+        EventFilter(statuses=statuses, event_types=event_types, limit=limit)
+    )
+    _print([_row(e) for e in rows], as_json, "listed", False)
+
+
+@hookledger_group.command("stats")
+@click.option("--json", "as_json", is_flag=True)
+@with_appcontext
+def stats_cmd(as_json: bool) -> None:
+    """Counts by status and the age of the oldest open event."""
+    store = _state().store
+    payload = {"events": store.counts(), "oldest_open_age_seconds": store.oldest_open_age()}
+    if as_json:
+        click.echo(json.dumps(payload))
+    else:
+        for status, n in sorted(payload["events"].items()):
+            click.echo(f"{status:>10} {n}")
+        click.echo(f"oldest open event: {payload['oldest_open_age_seconds']} s")
+
+
+def main() -> None:
+    """``hookledger --app module:create_app <command>``."""
+    cli = FlaskGroup(name="hookledger", help="hookledger (needs --app or FLASK_APP).\n\n" + ENV_HELP)
+    for name, command in hookledger_group.commands.items():
+        cli.add_command(command, name)
+    cli.main(prog_name="hookledger")

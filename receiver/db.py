@@ -1,0 +1,107 @@
+"""Engines and schema migrations.
+
+SQLite is the embedded default (WAL, ``synchronous=FULL``, every transaction ``BEGIN
+IMMEDIATE`` so a read-then-write transaction can never fail to upgrade its lock); PostgreSQL
+is the production engine. The schema is owned by Alembic migrations shipped in the package,
+with their own version table so they never collide with the application's migrations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from receiver.errors import ConfigurationError
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+VERSION_TABLE = "hookledger_alembic_version"
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """Create an engine for ``url`` with hookledger's settings for that database."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a configuration error
+        raise ConfigurationError("HOOKLEDGER_DATABASE_URL is not a valid database URL") from exc
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        memory = parsed.database in (None, "", ":memory:")
+        connect_args = {"timeout": 30.0, "check_same_thread": False}
+        if memory:
+            kwargs.setdefault("poolclass", StaticPool)
+        engine = create_engine(url, connect_args=connect_args, **kwargs)
+        _configure_sqlite(engine, memory=memory)
+        return engine
+    if backend == "postgresql":
+        kwargs.setdefault("pool_pre_ping", True)
+        kwargs.setdefault("pool_size", 5)
+        kwargs.setdefault("max_overflow", 10)
+        return create_engine(url, **kwargs)
+    raise ConfigurationError(f"unsupported database backend {backend!r} (use sqlite or postgresql)")
+
+
+def _configure_sqlite(engine: Engine, *, memory: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event below emit BEGIN itself.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        if not memory:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply hookledger's migrations up to ``revision`` (idempotent)."""
+    command.upgrade(_alembic_config(engine), revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    command.downgrade(_alembic_config(engine), revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        return context.get_current_revision()
+
+
+def head_revision() -> str | None:
+    script = ScriptDirectory.from_config(_alembic_config(create_engine("sqlite://")))
+    return script.get_current_head()
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise :class:`ConfigurationError` unless the database is at the latest migration."""
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        raise ConfigurationError(
+            f"hookledger schema is at {current or 'nothing'}, expected {head}: "
+            "run `hookledger db upgrade` (or `flask hookledger db upgrade`)"
+        )

@@ -1,0 +1,171 @@
+"""Database tables of the receiver (SQLModel).
+
+The schema is created and upgraded by the Alembic migrations in ``receiver/migrations``
+(``hookledger db upgrade``), never by ``create_all`` on a production path. A test
+(``tests/integration/test_migrations.py``) fails when these models and the migrations drift.
+
+All times are stored as naive UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    Text,
+    UniqueConstraint,
+)
+from sqlmodel import Field, SQLModel
+
+#: Metadata of hookledger's own tables, separate from the application's ``SQLModel.metadata``
+#: so that a merchant's ``create_all`` never creates (or a merchant's Alembic never drops) ours.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+#: SQLite only autoincrements a column declared exactly INTEGER PRIMARY KEY.
+_BIGINT_PK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(SQLModel):
+    metadata = metadata
+
+
+class EventStatus:
+    """Lifecycle of an inbox row."""
+
+    PENDING = "pending"  # due at next_attempt_at (new, or waiting for a retry)
+    PROCESSING = "processing"  # leased by a worker until lease_expires_at
+    DONE = "done"  # every handler succeeded (or none was registered)
+    STALE = "stale"  # older than the object's projected status: recorded, not dispatched
+    DUPLICATE = "duplicate"  # the transition (object, event type) was already dispatched
+    DEAD = "dead"  # out of attempts; an operator requeues it
+
+    OPEN = (PENDING, PROCESSING)
+    TERMINAL = (DONE, STALE, DUPLICATE, DEAD)
+    ALL = (PENDING, PROCESSING, DONE, STALE, DUPLICATE, DEAD)
+
+
+class Source:
+    WEBHOOK = "webhook"
+    RECONCILE = "reconcile"
+    REPLAY = "replay"
+
+    ALL = (WEBHOOK, RECONCILE, REPLAY)
+
+
+class InboxEvent(Base, table=True):
+    """One received (or synthesised, or replayed) event, with the raw bytes as they arrived."""
+
+    __tablename__ = "hookledger_event"
+    __table_args__ = (
+        UniqueConstraint("event_id"),
+        Index("ix_hookledger_event_due", "status", "next_attempt_at"),
+        Index("ix_hookledger_event_object", "object_key", "event_time", "id"),
+    )
+
+    id: int | None = Field(
+        default=None, sa_column=Column(_BIGINT_PK, primary_key=True, autoincrement=True)
+    )
+    event_id: str = Field(max_length=255)
+    source: str = Field(max_length=16)
+    merchant_id: str | None = Field(default=None, max_length=255)
+    event_type: str | None = Field(default=None, max_length=64)
+    content_type: str | None = Field(default=None, max_length=64)
+    object_kind: str | None = Field(default=None, max_length=32)
+    object_id: str | None = Field(default=None, max_length=255)
+    object_status: str | None = Field(default=None, max_length=64)
+    #: ``kind:id`` of the object, or ``event:<event_id>`` when the object is unknown: the unit of
+    #: ordering (events of one key are processed one at a time, in event-time order).
+    object_key: str = Field(max_length=300)
+    event_time: datetime | None = Field(default=None)
+    received_at: datetime
+    body: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    headers: str = Field(sa_column=Column(Text, nullable=False))
+    body_sha256: str = Field(max_length=64)
+    secret_id: str | None = Field(default=None, max_length=64)
+    #: For ``source == replay``: the row replayed (the guard and transition rule are bypassed).
+    replay_of: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    status: str = Field(default=EventStatus.PENDING, max_length=16)
+    attempts: int = Field(default=0)
+    next_attempt_at: datetime
+    lease_owner: str | None = Field(default=None, max_length=128)
+    lease_expires_at: datetime | None = Field(default=None)
+    last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    processed_at: datetime | None = Field(default=None)
+
+
+class EventConflict(Base, table=True):
+    """A delivery whose ``event_id`` was already stored with a different body."""
+
+    __tablename__ = "hookledger_event_conflict"
+    __table_args__ = (UniqueConstraint("event_id", "body_sha256"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: str = Field(max_length=255)
+    source: str = Field(max_length=16)
+    body: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    headers: str = Field(sa_column=Column(Text, nullable=False))
+    body_sha256: str = Field(max_length=64)
+    secret_id: str | None = Field(default=None, max_length=64)
+    received_at: datetime
+
+
+class HandlerRun(Base, table=True):
+    """The per-(event, handler) ledger: a retry re-runs only handlers that have not succeeded."""
+
+    __tablename__ = "hookledger_handler_run"
+
+    event_pk: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    handler: str = Field(primary_key=True, max_length=255)
+    status: str = Field(max_length=16)  # succeeded | failed
+    attempts: int = Field(default=0)
+    last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    updated_at: datetime
+
+
+class Projection(Base, table=True):
+    """Latest known status of each object, guarded by the per-kind precedence order."""
+
+    __tablename__ = "hookledger_projection"
+
+    object_kind: str = Field(primary_key=True, max_length=32)
+    object_id: str = Field(primary_key=True, max_length=255)
+    status: str = Field(max_length=64)
+    rank: int
+    event_time: datetime | None = Field(default=None)
+    event_pk: int = Field(sa_column=Column(BigInteger, nullable=False))
+    updated_at: datetime
+
+
+class Transition(Base, table=True):
+    """(object, event type) pairs already dispatched: each is dispatched at most once."""
+
+    __tablename__ = "hookledger_transition"
+
+    object_kind: str = Field(primary_key=True, max_length=32)
+    object_id: str = Field(primary_key=True, max_length=255)
+    event_type: str = Field(primary_key=True, max_length=64)
+    event_pk: int = Field(sa_column=Column(BigInteger, nullable=False))
+    created_at: datetime
+
+
+class ObjectLease(Base, table=True):
+    """Mutual exclusion per object: at most one worker processes events of one object."""
+
+    __tablename__ = "hookledger_object_lease"
+
+    object_key: str = Field(primary_key=True, max_length=300)
+    owner: str = Field(max_length=128)
+    expires_at: datetime

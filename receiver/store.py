@@ -1,0 +1,759 @@
+"""The durable inbox: insert-or-ignore, leases, the staleness guard, the handler ledger.
+
+Every operation is one short transaction. Correctness never depends on a check followed by
+a separate write:
+
+- dedupe is the unique constraint on ``event_id`` with ``INSERT ... ON CONFLICT DO NOTHING``;
+- a worker claims an event by taking the lease row of the event's *object* with a conditional
+  upsert (``ON CONFLICT DO UPDATE ... WHERE expires_at < now``), so two workers never process
+  events of one object at the same time, on any number of hosts; on PostgreSQL candidates are
+  read with ``FOR UPDATE SKIP LOCKED`` and each object is first gated with a non-blocking
+  ``pg_try_advisory_xact_lock`` so claimers never queue behind each other; on SQLite every
+  transaction is ``BEGIN IMMEDIATE`` (one writer at a time), which makes the claim atomic;
+- a crashed worker's leases expire and its events are claimed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Insert,
+    Table,
+    and_,
+    delete,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session
+
+from receiver import status as statuses
+from receiver.clock import Clock, as_utc, utcnow
+from receiver.errors import StorageUnavailable
+from receiver.events import Event
+from receiver.models import (
+    EventConflict,
+    EventStatus,
+    HandlerRun,
+    InboxEvent,
+    ObjectLease,
+    Projection,
+    Source,
+    Transition,
+)
+
+log = logging.getLogger("receiver.store")
+
+E: Table = InboxEvent.__table__  # type: ignore[assignment]
+C: Table = EventConflict.__table__  # type: ignore[assignment]
+H: Table = HandlerRun.__table__  # type: ignore[assignment]
+P: Table = Projection.__table__  # type: ignore[assignment]
+T: Table = Transition.__table__  # type: ignore[assignment]
+L: Table = ObjectLease.__table__  # type: ignore[assignment]
+
+#: Headers never written to the inbox (they may carry credentials).
+REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
+
+InsertResult = Literal["inserted", "duplicate", "conflict"]
+Decision = Literal["dispatch", "stale", "duplicate"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Inserted:
+    """What :meth:`Store.insert` did with a delivery."""
+
+    result: InsertResult
+    pk: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claimed:
+    """An event leased to one worker."""
+
+    pk: int
+    event_id: str
+    object_key: str
+    object_kind: str | None
+    object_id: str | None
+    object_status: str | None
+    event_type: str | None
+    event_time: datetime | None
+    body: bytes = field(repr=False)
+    source: str
+    replay_of: int | None
+    attempts: int
+    owner: str
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """Per-event retry schedule: exponential backoff with jitter, then dead-letter."""
+
+    max_attempts: int = 8
+    base_seconds: float = 2.0
+    max_seconds: float = 3600.0
+
+    def delay(self, attempts: int, rng: random.Random | None = None) -> float:
+        """Delay before attempt ``attempts + 1``: ``base * 2**(attempts-1)``, capped, with
+        "equal jitter" (between half and all of it) so retries of many events spread out."""
+        ceiling = min(self.max_seconds, self.base_seconds * (2 ** max(attempts - 1, 0)))
+        return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventFilter:
+    """Selects stored events for the operator commands (requeue, replay, list)."""
+
+    pks: Sequence[int] = ()
+    event_ids: Sequence[str] = ()
+    event_types: Sequence[str] = ()
+    statuses: Sequence[str] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int | None = None
+
+
+def _translate_db_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn
+
+
+def body_sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def clean_headers(headers: Iterable[tuple[str, str]]) -> str:
+    kept = {k: v for k, v in headers if k.lower() not in REDACTED_HEADERS}
+    return json.dumps(kept, ensure_ascii=False, sort_keys=True)
+
+
+class Store:
+    """The inbox and its ledgers on one SQLAlchemy engine (SQLite or PostgreSQL)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Clock = utcnow,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.retry = retry or RetryPolicy()
+        self._rng = rng or random.Random()
+        self._pg = engine.dialect.name == "postgresql"
+
+    def __repr__(self) -> str:
+        return f"Store(dialect={self.engine.dialect.name!r})"
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _insert(self, table: Table) -> Any:
+        return (postgresql.insert if self._pg else sqlite.insert)(table)
+
+    def now(self) -> datetime:
+        return as_utc(self.clock())
+
+    # -- receive --------------------------------------------------------------------------
+
+    def insert(
+        self,
+        event: Event,
+        body: bytes,
+        *,
+        headers: Iterable[tuple[str, str]] = (),
+        secret_id: str | None = None,
+        source: str = Source.WEBHOOK,
+        replay_of: int | None = None,
+    ) -> Inserted:
+        """Store a delivery durably; return after commit.
+
+        A new ``event_id`` is inserted; the same ``event_id`` with the same body is a
+        duplicate; with a different body it is kept in the conflicts table and flagged.
+        Raises :class:`StorageUnavailable` when the database cannot be reached.
+        """
+        if source not in Source.ALL:
+            raise ValueError(f"unknown source {source!r}")
+        now = self.now()
+        digest = body_sha256(body)
+        header_json = clean_headers(headers)
+        ref = event.object_ref
+        event_time = as_utc(event.timestamp) if event.timestamp else now
+        if ref is not None and ref.object_id:
+            kind: str | None = ref.kind
+            object_id: str | None = ref.object_id
+            object_key = f"{ref.kind}:{ref.object_id}"
+            object_status = ref.status
+        else:
+            kind = object_id = object_status = None
+            object_key = f"event:{event.event_id}"
+        values = dict(
+            event_id=event.event_id,
+            source=source,
+            merchant_id=_clip(event.merchant_id, 255),
+            event_type=_clip(event.event_type, 64),
+            content_type=_clip(event.content_type, 64),
+            object_kind=kind,
+            object_id=_clip(object_id, 255),
+            object_status=_clip(object_status, 64),
+            object_key=object_key[:300],
+            event_time=event_time,
+            received_at=now,
+            body=body,
+            headers=header_json,
+            body_sha256=digest,
+            secret_id=secret_id,
+            replay_of=replay_of,
+            status=EventStatus.PENDING,
+            attempts=0,
+            next_attempt_at=now,
+        )
+        stmt: Insert = (
+            self._insert(E)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["event_id"])
+            .returning(E.c.id)
+        )
+        try:
+            with self.engine.begin() as conn:
+                pk = conn.execute(stmt).scalar()
+                if pk is not None:
+                    return Inserted(result="inserted", pk=int(pk))
+                row = conn.execute(
+                    select(E.c.id, E.c.body_sha256).where(E.c.event_id == event.event_id)
+                ).one()
+                if row.body_sha256 == digest:
+                    return Inserted(result="duplicate", pk=int(row.id))
+                conn.execute(
+                    self._insert(C)
+                    .values(
+                        event_id=event.event_id,
+                        source=source,
+                        body=body,
+                        headers=header_json,
+                        body_sha256=digest,
+                        secret_id=secret_id,
+                        received_at=now,
+                    )
+                    .on_conflict_do_nothing(index_elements=["event_id", "body_sha256"])
+                )
+                log.warning(
+                    "event_id delivered again with a different body",
+                    extra={"action": "conflict", "event_id": event.event_id},
+                )
+                return Inserted(result="conflict", pk=int(row.id))
+        except (OperationalError, DBAPIError) as exc:
+            if isinstance(exc, DBAPIError) and not exc.connection_invalidated and not isinstance(
+                exc, OperationalError
+            ):
+                raise
+            raise StorageUnavailable() from exc
+
+    # -- claim and lease ------------------------------------------------------------------
+
+    def claim(self, owner: str, lease_seconds: float, *, batch: int = 16) -> Claimed | None:
+        """Lease the next due event whose object no other worker holds, or return ``None``.
+
+        Within one object the event leased is always the earliest open one (event time, then
+        arrival), so events of an object run one at a time and in event-time order.
+        """
+        now = self.now()
+        expires = now + timedelta(seconds=lease_seconds)
+        due = and_(
+            E.c.status.in_(EventStatus.OPEN),
+            E.c.next_attempt_at <= now,
+            or_(E.c.lease_expires_at.is_(None), E.c.lease_expires_at < now),
+        )
+        query = select(E.c.id, E.c.object_key).where(due).order_by(E.c.next_attempt_at, E.c.id)
+        query = query.limit(batch)
+        if self._pg:
+            query = query.with_for_update(skip_locked=True)
+        with self.engine.begin() as conn:
+            seen: set[str] = set()
+            for candidate in conn.execute(query).all():
+                key = candidate.object_key
+                if key in seen:
+                    continue
+                seen.add(key)
+                if self._pg and not conn.execute(
+                    text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _lock_id(key)}
+                ).scalar():
+                    continue
+                if not self._take_object_lease(conn, key, owner, now, expires):
+                    continue
+                claimed = self._claim_head(conn, key, owner, now, expires)
+                if claimed is not None:
+                    return claimed
+                conn.execute(delete(L).where(L.c.object_key == key, L.c.owner == owner))
+        return None
+
+    def _take_object_lease(
+        self, conn: Connection, key: str, owner: str, now: datetime, expires: datetime
+    ) -> bool:
+        stmt = self._insert(L).values(object_key=key, owner=owner, expires_at=expires)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["object_key"],
+            set_={"owner": owner, "expires_at": expires},
+            where=L.c.expires_at < now,
+        ).returning(L.c.object_key)
+        return conn.execute(stmt).first() is not None
+
+    def _claim_head(
+        self, conn: Connection, key: str, owner: str, now: datetime, expires: datetime
+    ) -> Claimed | None:
+        while True:
+            head = conn.execute(
+                select(E)
+                .where(E.c.object_key == key, E.c.status.in_(EventStatus.OPEN))
+                .order_by(E.c.event_time, E.c.id)
+                .limit(1)
+            ).first()
+            if head is None or head.next_attempt_at > now:
+                return None  # an earlier event of this object is waiting for its retry
+            if head.status == EventStatus.PROCESSING and head.attempts >= self.retry.max_attempts:
+                # Its worker died holding it max_attempts times: a poison event.
+                conn.execute(
+                    update(E)
+                    .where(E.c.id == head.id)
+                    .values(
+                        status=EventStatus.DEAD,
+                        lease_owner=None,
+                        lease_expires_at=None,
+                        last_error=(head.last_error or "")
+                        + f"\nlease expired after {head.attempts} attempts (worker lost)",
+                    )
+                )
+                log.error(
+                    "event dead-lettered: its worker was lost on every attempt",
+                    extra={"action": "dead_letter", "event_id": head.event_id},
+                )
+                continue
+            conn.execute(
+                update(E)
+                .where(E.c.id == head.id)
+                .values(
+                    status=EventStatus.PROCESSING,
+                    lease_owner=owner,
+                    lease_expires_at=expires,
+                    attempts=E.c.attempts + 1,
+                )
+            )
+            return Claimed(
+                pk=int(head.id),
+                event_id=head.event_id,
+                object_key=key,
+                object_kind=head.object_kind,
+                object_id=head.object_id,
+                object_status=head.object_status,
+                event_type=head.event_type,
+                event_time=head.event_time,
+                body=head.body,
+                source=head.source,
+                replay_of=head.replay_of,
+                attempts=int(head.attempts) + 1,
+                owner=owner,
+                lease_expires_at=expires,
+            )
+
+    def renew(self, claimed: Claimed, lease_seconds: float) -> bool:
+        """Extend the leases of ``claimed``; ``False`` when another worker has taken over."""
+        expires = self.now() + timedelta(seconds=lease_seconds)
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                update(L)
+                .where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
+                .values(expires_at=expires)
+            ).rowcount
+            conn.execute(
+                update(E)
+                .where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner)
+                .values(lease_expires_at=expires)
+            )
+        return bool(rows)
+
+    def release(self, claimed: Claimed) -> None:
+        """Give an event back untouched (graceful shutdown before it started)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(E)
+                .where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner)
+                .values(
+                    status=EventStatus.PENDING,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    attempts=E.c.attempts - 1,
+                )
+            )
+            conn.execute(
+                delete(L).where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
+            )
+
+    # -- guard ----------------------------------------------------------------------------
+
+    def decide(self, claimed: Claimed) -> tuple[Decision, str | None]:
+        """Apply the staleness guard and the transition-once rule to a claimed event.
+
+        Returns ``("dispatch", None)`` when handlers should run (recording the transition and
+        moving the projection), or ``("stale" | "duplicate", reason)``.
+        """
+        kind, object_id, event_type = claimed.object_kind, claimed.object_id, claimed.event_type
+        if claimed.replay_of is not None or kind is None or object_id is None:
+            return "dispatch", None
+        incoming = statuses.normalize_status(kind, claimed.object_status)
+        incoming_rank = statuses.rank(kind, incoming)
+        now = self.now()
+        with self.engine.begin() as conn:
+            if event_type:
+                owner_pk = conn.execute(
+                    select(T.c.event_pk).where(
+                        T.c.object_kind == kind,
+                        T.c.object_id == object_id,
+                        T.c.event_type == event_type,
+                    )
+                ).scalar()
+                if owner_pk is not None:
+                    if int(owner_pk) == claimed.pk:
+                        return "dispatch", None  # a retry of the event that owns it
+                    return "duplicate", f"transition {event_type} already dispatched by #{owner_pk}"
+            current = conn.execute(
+                select(P).where(P.c.object_kind == kind, P.c.object_id == object_id)
+            ).first()
+            if current is not None and incoming_rank is not None and incoming is not None:
+                reason = _stale_reason(current, incoming, incoming_rank, claimed.event_time)
+                if reason is not None:
+                    return "stale", reason
+            if event_type:
+                conn.execute(
+                    self._insert(T)
+                    .values(
+                        object_kind=kind,
+                        object_id=object_id,
+                        event_type=event_type,
+                        event_pk=claimed.pk,
+                        created_at=now,
+                    )
+                    .on_conflict_do_nothing()
+                )
+            if incoming_rank is not None and incoming is not None:
+                values = dict(
+                    status=incoming,
+                    rank=incoming_rank,
+                    event_time=claimed.event_time,
+                    event_pk=claimed.pk,
+                    updated_at=now,
+                )
+                conn.execute(
+                    self._insert(P)
+                    .values(object_kind=kind, object_id=object_id, **values)
+                    .on_conflict_do_update(
+                        index_elements=["object_kind", "object_id"], set_=values
+                    )
+                )
+        return "dispatch", None
+
+    # -- handler ledger -------------------------------------------------------------------
+
+    def succeeded_handlers(self, event_pk: int) -> set[str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(H.c.handler).where(H.c.event_pk == event_pk, H.c.status == "succeeded")
+            )
+            return {r.handler for r in rows}
+
+    def run_handler(
+        self,
+        claimed: Claimed,
+        handler_name: str,
+        call: Callable[[Session], None],
+    ) -> BaseException | None:
+        """Run one handler in a transaction that also records its success in the ledger.
+
+        A handler that writes through the session it is given commits atomically with its
+        ledger row: it has run exactly once even if the worker dies right after. On failure
+        the transaction is rolled back and the failure is recorded in a new one.
+        """
+        now = self.now()
+        try:
+            with Session(self.engine) as session, session.begin():
+                call(session)
+                session.execute(self._ledger_upsert(claimed.pk, handler_name, "succeeded", None))
+            return None
+        except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+            error = _describe(exc)
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(self._ledger_upsert(claimed.pk, handler_name, "failed", error))
+            except (OperationalError, DBAPIError):
+                log.exception("could not record a handler failure", extra={"action": "ledger"})
+            del now
+            return exc
+
+    def _ledger_upsert(self, event_pk: int, handler: str, status: str, error: str | None) -> Any:
+        now = self.now()
+        stmt = self._insert(H).values(
+            event_pk=event_pk,
+            handler=handler,
+            status=status,
+            attempts=1,
+            last_error=error,
+            updated_at=now,
+        )
+        return stmt.on_conflict_do_update(
+            index_elements=["event_pk", "handler"],
+            set_={
+                "status": status,
+                "attempts": H.c.attempts + 1,
+                "last_error": error,
+                "updated_at": now,
+            },
+        )
+
+    # -- finish ---------------------------------------------------------------------------
+
+    def finish(
+        self,
+        claimed: Claimed,
+        *,
+        status: str,
+        error: str | None = None,
+    ) -> str:
+        """Close a claimed event: done, stale, duplicate, or failed (retry later or dead).
+
+        Returns the status written. A no-op when the lease was lost to another worker.
+        """
+        now = self.now()
+        values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+        if status == "failed":
+            if claimed.attempts >= self.retry.max_attempts:
+                status = EventStatus.DEAD
+                log.error(
+                    "event dead-lettered after %d attempts",
+                    claimed.attempts,
+                    extra={"action": "dead_letter", "event_id": claimed.event_id},
+                )
+            else:
+                status = EventStatus.PENDING
+                delay = self.retry.delay(claimed.attempts, self._rng)
+                values["next_attempt_at"] = now + timedelta(seconds=delay)
+        if status in EventStatus.TERMINAL and status != EventStatus.DEAD:
+            values["processed_at"] = now
+        values["status"] = status
+        values["last_error"] = error
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                update(E).where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner).values(
+                    **values
+                )
+            ).rowcount
+            conn.execute(
+                delete(L).where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
+            )
+        if not rows:
+            log.warning(
+                "lease lost before the event was finished",
+                extra={"action": "lease_lost", "event_id": claimed.event_id},
+            )
+        return status
+
+    # -- operator -------------------------------------------------------------------------
+
+    def select_events(self, flt: EventFilter) -> list[InboxEvent]:
+        query = select(InboxEvent).order_by(InboxEvent.id)  # type: ignore[arg-type]
+        query = query.where(*_filter_clauses(flt))
+        if flt.limit:
+            query = query.limit(flt.limit)
+        with Session(self.engine) as session:
+            return list(session.scalars(query))
+
+    def requeue(self, flt: EventFilter, *, dry_run: bool = False) -> list[InboxEvent]:
+        """Put dead (or, when asked, pending) events back in the queue with fresh attempts.
+
+        Handlers that already succeeded for an event are not run again (the ledger is kept).
+        """
+        requeueable = (EventStatus.DEAD, EventStatus.PENDING)
+        wanted = tuple(flt.statuses) or (EventStatus.DEAD,)
+        if not set(wanted) <= set(requeueable):
+            raise ValueError("only dead or pending events can be requeued")
+        chosen = self.select_events(
+            EventFilter(
+                pks=flt.pks,
+                event_ids=flt.event_ids,
+                event_types=flt.event_types,
+                statuses=wanted,
+                since=flt.since,
+                until=flt.until,
+                limit=flt.limit,
+            )
+        )
+        if dry_run or not chosen:
+            return chosen
+        now = self.now()
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(E)
+                .where(E.c.id.in_([e.id for e in chosen]), E.c.status.in_(wanted))
+                .values(
+                    status=EventStatus.PENDING,
+                    attempts=0,
+                    next_attempt_at=now,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                )
+            )
+        return chosen
+
+    def replay(
+        self, flt: EventFilter, *, dry_run: bool = False, parse: Callable[[bytes], Event]
+    ) -> list[tuple[InboxEvent, str]]:
+        """Store a copy of each chosen event with source ``replay``: every handler runs again
+        for it, bypassing the staleness guard and the transition-once rule (the operator asked).
+        Returns (original, new event id) pairs."""
+        chosen = self.select_events(flt)
+        out: list[tuple[InboxEvent, str]] = []
+        for original in chosen:
+            assert original.id is not None
+            with self.engine.connect() as conn:
+                n = conn.execute(
+                    select(func.count()).select_from(E).where(E.c.replay_of == original.id)
+                ).scalar_one()
+            new_id = f"{original.event_id}~replay{int(n) + 1}"
+            out.append((original, new_id))
+            if dry_run:
+                continue
+            event = parse(original.body)
+            copy = _with_event_id(event, new_id)
+            self.insert(
+                copy,
+                original.body,
+                headers=json.loads(original.headers).items(),
+                secret_id=original.secret_id,
+                source=Source.REPLAY,
+                replay_of=original.id,
+            )
+        return out
+
+    def counts(self) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(E.c.status, func.count()).group_by(E.c.status)).all()
+        return {row[0]: int(row[1]) for row in rows}
+
+    def get(self, event_id: str) -> InboxEvent | None:
+        with Session(self.engine) as session:
+            return session.scalars(
+                select(InboxEvent).where(InboxEvent.event_id == event_id)  # type: ignore[arg-type]
+            ).first()
+
+    def handler_runs(self, event_pk: int) -> dict[str, HandlerRun]:
+        with Session(self.engine) as session:
+            rows = session.scalars(
+                select(HandlerRun).where(HandlerRun.event_pk == event_pk)  # type: ignore[arg-type]
+            )
+            return {r.handler: r for r in rows}
+
+    def projection(self, kind: str, object_id: str) -> Projection | None:
+        with Session(self.engine) as session:
+            return session.get(Projection, (kind, object_id))
+
+    def projections(self, kind: str, object_ids: Sequence[str]) -> Mapping[str, Projection]:
+        if not object_ids:
+            return {}
+        with Session(self.engine) as session:
+            rows = session.scalars(
+                select(Projection).where(
+                    Projection.object_kind == kind,  # type: ignore[arg-type]
+                    Projection.object_id.in_(object_ids),  # type: ignore[attr-defined]
+                )
+            )
+            return {p.object_id: p for p in rows}
+
+    def oldest_open_age(self) -> float | None:
+        """Seconds since the oldest open event arrived (a health signal), or ``None``."""
+        with self.engine.connect() as conn:
+            oldest = conn.execute(
+                select(func.min(E.c.received_at)).where(E.c.status.in_(EventStatus.OPEN))
+            ).scalar()
+        if oldest is None:
+            return None
+        return (self.now() - as_utc(oldest)).total_seconds()
+
+
+def _filter_clauses(flt: EventFilter) -> list[Any]:
+    clauses: list[Any] = []
+    if flt.pks:
+        clauses.append(E.c.id.in_(list(flt.pks)))
+    if flt.event_ids:
+        clauses.append(E.c.event_id.in_(list(flt.event_ids)))
+    if flt.event_types:
+        clauses.append(E.c.event_type.in_(list(flt.event_types)))
+    if flt.statuses:
+        clauses.append(E.c.status.in_(list(flt.statuses)))
+    if flt.since is not None:
+        clauses.append(E.c.received_at >= as_utc(flt.since))
+    if flt.until is not None:
+        clauses.append(E.c.received_at <= as_utc(flt.until))
+    return clauses
+
+
+def _stale_reason(
+    current: Any, incoming: str, incoming_rank: int, event_time: datetime | None
+) -> str | None:
+    if incoming_rank < current.rank:
+        return f"{incoming} would move {current.status} backwards"
+    if incoming_rank == current.rank:
+        if incoming == current.status:
+            return f"already {current.status}"
+        if event_time is not None and current.event_time is not None:
+            if as_utc(event_time) <= as_utc(current.event_time):
+                return f"{incoming} is older than {current.status}"
+    return None
+
+
+def _with_event_id(event: Event, event_id: str) -> Event:
+    from dataclasses import replace
+
+    return replace(event, event_id=event_id)
+
+
+def _lock_id(key: str) -> int:
+    # A stable signed 64-bit id for pg advisory locks, namespaced to hookledger.
+    digest = hashlib.blake2b(b"hookledger:" + key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _clip(value: str | None, size: int) -> str | None:
+    return value[:size] if isinstance(value, str) else None
+
+
+def _describe(exc: BaseException, limit: int = 4000) -> str:
+    import traceback
+
+    text_ = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text_[-limit:]
+
+
+__all__ = [
+    "Claimed",
+    "EventFilter",
+    "Inserted",
+    "RetryPolicy",
+    "Store",
+    "body_sha256",
+    "clean_headers",
+    "zlib",
+]

@@ -1,0 +1,229 @@
+"""The receive path over real HTTP semantics (Flask test client), real HMAC, real databases."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+
+from receiver.errors import ConfigurationError
+from receiver.extension import WebhookReceiver
+from receiver.factories import build_event, encode
+from receiver.models import EventConflict, InboxEvent
+from receiver.signature import sign
+from receiver.testing import WebhookTestClient, signed_headers
+from tests.conftest import SECRETS, AppFactory
+
+pytestmark = pytest.mark.storage
+
+
+def _count(app: Flask, model: Any = InboxEvent) -> int:
+    engine = WebhookReceiver.state(app).store.engine
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(model)).scalar_one())
+
+
+def _post(app: Flask, body: bytes, headers: dict[str, str]) -> Any:
+    return app.test_client().post("/webhooks/", data=body, headers=headers)
+
+
+def test_signed_event_is_stored_byte_for_byte(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    body = encode(build_event("payment_succeeded", object_id="pay_1"))
+    headers = signed_headers(body, SECRETS["primary"])
+    response = _post(app, body, headers)
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "inserted"
+    row = WebhookReceiver.state(app).store.get(json.loads(body)["event_id"])
+    assert row is not None
+    assert row.body == body
+    assert row.secret_id == "primary"
+    assert row.source == "webhook"
+    assert (row.object_kind, row.object_id, row.object_status) == ("payment", "pay_1", "succeeded")
+    assert row.event_type == "payment_succeeded"
+    stored_headers = json.loads(row.headers)
+    assert stored_headers["X-Webhook-Signature-512"] == headers["X-Webhook-Signature-512"]
+    assert len(row.body_sha256) == 64
+    assert row.status == "pending" and row.attempts == 0
+
+
+def test_previous_secret_is_accepted_and_recorded(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    body = encode(build_event("refund_succeeded"))
+    assert _post(app, body, signed_headers(body, SECRETS["previous"])).status_code == 200
+    row = WebhookReceiver.state(app).store.get(json.loads(body)["event_id"])
+    assert row is not None and row.secret_id == "previous"
+
+
+def test_header_name_case_insensitive_and_uppercase_hex(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    body = encode(build_event("payment_failed"))
+    headers = {"x-webhook-signature-512": sign(body, SECRETS["primary"]).upper()}
+    assert _post(app, body, headers).status_code == 200
+
+
+def test_reserialised_body_is_rejected_and_not_stored(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    event = build_event("payment_succeeded")
+    signature = sign(encode(event), SECRETS["primary"])
+    pretty = json.dumps(event, indent=2).encode()
+    response = _post(app, pretty, {"X-Webhook-Signature-512": signature})
+    assert response.status_code == 401
+    assert response.get_json()["error"]["type"] == "authentication_error"
+    assert _count(app) == 0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"X-Webhook-Signature-512": "not-hex"},
+        {"X-Webhook-Signature-512": sign(b"other body", SECRETS["primary"])},
+        {"X-Webhook-Signature-512": "\u00e9" * 128},
+    ],
+    ids=["missing", "malformed", "wrong", "non-ascii"],
+)
+def test_bad_signatures_get_401_and_nothing_is_stored(
+    make_app: AppFactory, headers: dict[str, str]
+) -> None:
+    app, _ = make_app()
+    body = encode(build_event("payment_succeeded"))
+    wrong_key = signed_headers(body, "not-a-configured-secret")
+    for attempt in (headers, wrong_key):
+        response = _post(app, body, attempt)
+        assert response.status_code == 401
+        error = response.get_json()["error"]
+        assert set(error) == {"type", "code", "message"}
+    assert _count(app) == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[1,2,3]",
+        b'{"event_type":"payment_succeeded"}',
+        b'{"event_id":""}',
+        b'{"event_id":42}',
+        b"\xff\xfe\x00garbage",
+        b"",
+    ],
+    ids=["not-json", "array", "no-event-id", "empty-id", "int-id", "not-utf8", "empty"],
+)
+def test_signed_but_malformed_gets_400_and_nothing_is_stored(
+    make_app: AppFactory, body: bytes
+) -> None:
+    app, _ = make_app()
+    response = _post(app, body, signed_headers(body, SECRETS["primary"]))
+    assert response.status_code == 400
+    assert response.get_json()["error"]["code"] == "HL_04"
+    assert _count(app) == 0
+
+
+def test_body_over_the_cap_gets_413_and_nothing_is_stored(make_app: AppFactory) -> None:
+    app, _ = make_app(max_body_bytes=16_384)
+    event = build_event("payment_succeeded", metadata={"pad": "x" * 20_000})
+    body = encode(event)
+    response = _post(app, body, signed_headers(body, SECRETS["primary"]))
+    assert response.status_code == 413
+    assert _count(app) == 0
+    small = encode(build_event("payment_succeeded"))
+    assert _post(app, small, signed_headers(small, SECRETS["primary"])).status_code == 200
+
+
+def test_unknown_type_content_and_fields_are_stored_and_acknowledged(
+    make_app: AppFactory,
+) -> None:
+    app, _ = make_app()
+    client = WebhookTestClient(app)
+    unknown = {
+        "merchant_id": "m",
+        "event_id": "evt_unknown_1",
+        "event_type": "payment_teleported",
+        "content": {"type": "hologram_details", "object": {"id": "h1"}},
+        "timestamp": "2026-08-12T08:14:55.392Z",
+        "processor_merchant_id": "new-top-level-field",
+    }
+    assert client.post(unknown).status_code == 200
+    extra = build_event("payment_succeeded")
+    extra["content"]["object"]["brand_new_field"] = {"nested": [1, 2]}
+    assert client.post(extra, headers={"Content-Type": "text/plain"}).status_code == 200
+    assert _count(app) == 2
+    row = WebhookReceiver.state(app).store.get("evt_unknown_1")
+    assert row is not None and row.object_key == "event:evt_unknown_1"
+
+
+def test_duplicate_is_acknowledged_and_stored_once(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    client = WebhookTestClient(app)
+    body = encode(build_event("payment_succeeded"))
+    first, second = client.post(body), client.post(body)
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert second.get_json()["status"] == "duplicate"
+    assert _count(app) == 1
+
+
+def test_same_event_id_with_a_different_body_is_flagged_not_dropped(
+    make_app: AppFactory,
+) -> None:
+    app, _ = make_app()
+    client = WebhookTestClient(app)
+    original = build_event("payment_succeeded", event_id="evt_conflict_1", amount=1000)
+    changed = build_event("payment_succeeded", event_id="evt_conflict_1", amount=999999)
+    assert client.post(original).get_json()["status"] == "inserted"
+    response = client.post(changed)
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "conflict"
+    assert client.post(changed).get_json()["status"] == "conflict"
+    assert _count(app) == 1
+    assert _count(app, EventConflict) == 1
+    row = WebhookReceiver.state(app).store.get("evt_conflict_1")
+    assert row is not None and json.loads(row.body)["content"]["object"]["amount"] == 1000
+
+
+def test_storage_unavailable_gets_503(tmp_path: Any) -> None:
+    app = Flask("down")
+    missing_dir = tmp_path / "no" / "such" / "dir"
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"sqlite:///{missing_dir / 'x.sqlite3'}",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+    )
+    WebhookReceiver(app)
+    body = encode(build_event("payment_succeeded"))
+    response = _post(app, body, signed_headers(body, SECRETS["primary"]))
+    assert response.status_code == 503
+    assert response.get_json()["error"]["type"] == "api_error"
+    assert app.test_client().get("/webhooks/health").status_code == 503
+    WebhookReceiver.state(app).store.engine.dispose()
+
+
+def test_storage_unavailable_on_postgres_gets_503() -> None:
+    app = Flask("down-pg")
+    app.config.update(
+        # A loopback port nothing listens on: the connection is refused.
+        HOOKLEDGER_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=2",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+    )
+    WebhookReceiver(app)
+    body = encode(build_event("payment_succeeded"))
+    assert _post(app, body, signed_headers(body, SECRETS["primary"])).status_code == 503
+    WebhookReceiver.state(app).store.engine.dispose()
+
+
+def test_no_secret_is_a_startup_error(database_url: str, monkeypatch: Any) -> None:
+    monkeypatch.delenv("HOOKLEDGER_SECRETS", raising=False)
+    app = Flask("nosecret")
+    app.config["HOOKLEDGER_DATABASE_URL"] = database_url
+    with pytest.raises(ConfigurationError, match="no webhook secret"):
+        WebhookReceiver(app)
+
+
+def test_health_reports_counts(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    WebhookTestClient(app).send("payment_succeeded")
+    payload = app.test_client().get("/webhooks/health").get_json()
+    assert payload["events"] == {"pending": 1}
+    assert payload["oldest_open_age_seconds"] >= 0
