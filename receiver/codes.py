@@ -16,6 +16,15 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
+__all__ = [
+    "FAMILIES",
+    "LEGACY_CODES",
+    "UNIFIED_CODES",
+    "Retry",
+    "UnifiedCode",
+    "describe_unified_code",
+]
+
 
 class Retry(StrEnum):
     """What a merchant should do about a payment that failed with a unified code."""

@@ -737,7 +737,7 @@ class Event:
 
     @property
     def object_ref(self) -> ObjectRef | None:
-        """Kind, id and status of the object, or ``None`` without a typed object or its id.
+        """Kind, id and status of the object; ``None`` without a typed object or a non-empty id.
 
         When the object carries no status, the status the event type implies is used
         (``receiver.status.STATUS_FOR_EVENT``), provided the event type is about that kind.
@@ -746,7 +746,7 @@ class Event:
         if resource is None:
             return None
         object_id = resource.object_id
-        if object_id is None:
+        if object_id is None or not object_id.strip():
             return None
         status = resource.status
         if status is None:
