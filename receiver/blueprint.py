@@ -54,12 +54,24 @@ def receive() -> tuple[Response, int]:
     except ReceiveError as exc:
         level = logging.ERROR if isinstance(exc, StorageUnavailable) else logging.WARNING
         if isinstance(exc, StorageUnavailable):
-            log.log(level, "webhook not stored: %s", exc.__cause__ or exc,
-                    extra={"action": "rejected", "reason": exc.code, "remote_addr": remote})
+            log.log(
+                level,
+                "webhook not stored: %s",
+                exc.__cause__ or exc,
+                extra={"action": "rejected", "reason": exc.code, "remote_addr": remote},
+            )
         else:
-            log.log(level, "webhook rejected: %s", exc.message,
-                    extra={"action": "rejected", "reason": exc.code, "remote_addr": remote,
-                           "signature_failure": isinstance(exc, SignatureError)})
+            log.log(
+                level,
+                "webhook rejected: %s",
+                exc.message,
+                extra={
+                    "action": "rejected",
+                    "reason": exc.code,
+                    "remote_addr": remote,
+                    "signature_failure": isinstance(exc, SignatureError),
+                },
+            )
         return error_response(exc)
     log.info(
         "webhook %s",

@@ -167,8 +167,13 @@ def requeue_cmd(
 ) -> None:
     """Requeue dead (or waiting) events; handlers that succeeded are not run again."""
     flt = EventFilter(
-        pks=pks, event_ids=event_ids, event_types=event_types, statuses=statuses,
-        since=since, until=until, limit=limit,
+        pks=pks,
+        event_ids=event_ids,
+        event_types=event_types,
+        statuses=statuses,
+        since=since,
+        until=until,
+        limit=limit,
     )
     chosen = _state().store.requeue(flt, dry_run=dry_run)
     _print([_row(e) for e in chosen], as_json, "requeued", dry_run)
@@ -191,8 +196,13 @@ def replay_cmd(
 ) -> None:
     """Replay stored events: every handler runs again for a copy (source=replay)."""
     flt = EventFilter(
-        pks=pks, event_ids=event_ids, event_types=event_types, statuses=statuses,
-        since=since, until=until, limit=limit,
+        pks=pks,
+        event_ids=event_ids,
+        event_types=event_types,
+        statuses=statuses,
+        since=since,
+        until=until,
+        limit=limit,
     )
     if flt == EventFilter():
         _fail("replay needs a filter (--id, --event-id, --type, --since/--until or --status)")
@@ -234,7 +244,9 @@ def stats_cmd(as_json: bool) -> None:
 
 def main() -> None:
     """``hookledger --app module:create_app <command>``."""
-    cli = FlaskGroup(name="hookledger", help="hookledger (needs --app or FLASK_APP).\n\n" + ENV_HELP)
+    cli = FlaskGroup(
+        name="hookledger", help="hookledger (needs --app or FLASK_APP).\n\n" + ENV_HELP
+    )
     for name, command in hookledger_group.commands.items():
         cli.add_command(command, name)
     cli.main(prog_name="hookledger")

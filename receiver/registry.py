@@ -110,7 +110,8 @@ class Registry:
         )
         if any(h.name == spec.name for h in self._handlers):
             raise ConfigurationError(
-                f"a handler named {spec.name!r} is already registered; pass name= to tell them apart"
+                f"a handler named {spec.name!r} is already registered; "
+                "pass name= to tell them apart"
             )
         self._handlers.append(spec)
         return spec

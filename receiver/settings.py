@@ -18,7 +18,7 @@ PREFIX = "HOOKLEDGER_"
 
 #: Setting name -> (environment variable, help) for ``--help`` texts and the README.
 DOCUMENTED: Mapping[str, str] = {
-    "DATABASE_URL": "SQLAlchemy URL (default: SQLite file hookledger.sqlite3 in the instance folder)",
+    "DATABASE_URL": "SQLAlchemy URL (default: SQLite hookledger.sqlite3 in the instance folder)",
     "SECRETS": "webhook signing secrets, 'id:secret,id2:secret2' (required)",
     "MAX_BODY_BYTES": "largest accepted webhook body in bytes (default 1048576)",
     "URL_PREFIX": "where the blueprint is mounted (default /webhooks)",

@@ -39,8 +39,10 @@ class Secret:
 
 def sign(body: bytes, secret: str | bytes | Secret) -> str:
     """Return the lowercase hex HMAC-SHA512 of ``body`` as the processor sends it."""
-    key = secret.value if isinstance(secret, Secret) else (
-        secret.encode("utf-8") if isinstance(secret, str) else secret
+    key = (
+        secret.value
+        if isinstance(secret, Secret)
+        else (secret.encode("utf-8") if isinstance(secret, str) else secret)
     )
     return hmac.new(key, body, hashlib.sha512).hexdigest()
 

@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import random
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,7 +38,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 from receiver import status as statuses
@@ -59,12 +58,12 @@ from receiver.models import (
 
 log = logging.getLogger("receiver.store")
 
-E: Table = InboxEvent.__table__  # type: ignore[assignment]
-C: Table = EventConflict.__table__  # type: ignore[assignment]
-H: Table = HandlerRun.__table__  # type: ignore[assignment]
-P: Table = Projection.__table__  # type: ignore[assignment]
-T: Table = Transition.__table__  # type: ignore[assignment]
-L: Table = ObjectLease.__table__  # type: ignore[assignment]
+E: Table = InboxEvent.__table__  # type: ignore[attr-defined]
+C: Table = EventConflict.__table__  # type: ignore[attr-defined]
+H: Table = HandlerRun.__table__  # type: ignore[attr-defined]
+P: Table = Projection.__table__  # type: ignore[attr-defined]
+T: Table = Transition.__table__  # type: ignore[attr-defined]
+L: Table = ObjectLease.__table__  # type: ignore[attr-defined]
 
 #: Headers never written to the inbox (they may carry credentials).
 REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
@@ -112,8 +111,9 @@ class RetryPolicy:
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
         """Delay before attempt ``attempts + 1``: ``base * 2**(attempts-1)``, capped, with
         "equal jitter" (between half and all of it) so retries of many events spread out."""
-        ceiling = min(self.max_seconds, self.base_seconds * (2 ** max(attempts - 1, 0)))
-        return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+        ceiling = min(self.max_seconds, self.base_seconds * (2.0 ** max(attempts - 1, 0)))
+        jitter: float = (rng or random.Random()).uniform(0.0, ceiling / 2)
+        return ceiling / 2 + jitter
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,10 +127,6 @@ class EventFilter:
     since: datetime | None = None
     until: datetime | None = None
     limit: int | None = None
-
-
-def _translate_db_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return fn
 
 
 def body_sha256(body: bytes) -> str:
@@ -258,10 +254,8 @@ class Store:
                     extra={"action": "conflict", "event_id": event.event_id},
                 )
                 return Inserted(result="conflict", pk=int(row.id))
-        except (OperationalError, DBAPIError) as exc:
-            if isinstance(exc, DBAPIError) and not exc.connection_invalidated and not isinstance(
-                exc, OperationalError
-            ):
+        except DBAPIError as exc:
+            if not _is_unavailable(exc):
                 raise
             raise StorageUnavailable() from exc
 
@@ -291,9 +285,12 @@ class Store:
                 if key in seen:
                     continue
                 seen.add(key)
-                if self._pg and not conn.execute(
-                    text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _lock_id(key)}
-                ).scalar():
+                if (
+                    self._pg
+                    and not conn.execute(
+                        text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _lock_id(key)}
+                    ).scalar()
+                ):
                     continue
                 if not self._take_object_lease(conn, key, owner, now, expires):
                     continue
@@ -461,9 +458,7 @@ class Store:
                 conn.execute(
                     self._insert(P)
                     .values(object_kind=kind, object_id=object_id, **values)
-                    .on_conflict_do_update(
-                        index_elements=["object_kind", "object_id"], set_=values
-                    )
+                    .on_conflict_do_update(index_elements=["object_kind", "object_id"], set_=values)
                 )
         return "dispatch", None
 
@@ -488,7 +483,6 @@ class Store:
         ledger row: it has run exactly once even if the worker dies right after. On failure
         the transaction is rolled back and the failure is recorded in a new one.
         """
-        now = self.now()
         try:
             with Session(self.engine) as session, session.begin():
                 call(session)
@@ -501,7 +495,6 @@ class Store:
                     conn.execute(self._ledger_upsert(claimed.pk, handler_name, "failed", error))
             except (OperationalError, DBAPIError):
                 log.exception("could not record a handler failure", extra={"action": "ledger"})
-            del now
             return exc
 
     def _ledger_upsert(self, event_pk: int, handler: str, status: str, error: str | None) -> Any:
@@ -557,9 +550,9 @@ class Store:
         values["last_error"] = error
         with self.engine.begin() as conn:
             rows = conn.execute(
-                update(E).where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner).values(
-                    **values
-                )
+                update(E)
+                .where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner)
+                .values(**values)
             ).rowcount
             conn.execute(
                 delete(L).where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
@@ -693,6 +686,11 @@ class Store:
         return (self.now() - as_utc(oldest)).total_seconds()
 
 
+def _is_unavailable(exc: DBAPIError) -> bool:
+    """Connection-level failures (server down, network cut, disk locked, schema missing)."""
+    return isinstance(exc, (OperationalError, InterfaceError)) or exc.connection_invalidated
+
+
 def _filter_clauses(flt: EventFilter) -> list[Any]:
     clauses: list[Any] = []
     if flt.pks:
@@ -755,5 +753,4 @@ __all__ = [
     "Store",
     "body_sha256",
     "clean_headers",
-    "zlib",
 ]

@@ -54,7 +54,9 @@ class WebhookTestClient:
     def __init__(self, app: Flask, *, secret: str | bytes | Secret | None = None) -> None:
         self.app = app
         state = WebhookReceiver.state(app)
-        self.secret: str | bytes | Secret = secret if secret is not None else state.settings.secrets[0]
+        self.secret: str | bytes | Secret = (
+            secret if secret is not None else state.settings.secrets[0]
+        )
         self.url = state.settings.url_prefix.rstrip("/") + "/"
         self.client = app.test_client()
 

@@ -12,6 +12,7 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass
+from functools import partial
 
 from receiver.errors import MalformedEvent
 from receiver.events import parse_event
@@ -113,14 +114,14 @@ class Worker:
         for spec in self.registry.handlers_for(event.event_type):
             if spec.name in done:
                 continue
-            exc = self.store.run_handler(claimed, spec.name, lambda s, h=spec: h.call(event, s))
-            if exc is None:
+            error = self.store.run_handler(claimed, spec.name, partial(spec.call, event))
+            if error is None:
                 log.debug("handler succeeded", extra={"action": "handled", "handler": spec.name})
             else:
-                failures.append(f"{spec.name}: {type(exc).__name__}: {exc}")
+                failures.append(f"{spec.name}: {type(error).__name__}: {error}")
                 log.warning(
                     "handler failed: %s",
-                    type(exc).__name__,
+                    type(error).__name__,
                     extra={"action": "handler_failed", "handler": spec.name, **extra},
                 )
         if failures:

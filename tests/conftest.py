@@ -84,7 +84,9 @@ def make_app(database_url: str) -> Iterator[AppFactory]:
     """Build a Flask app with a receiver on the test database (schema migrated)."""
     made: list[Flask] = []
 
-    def factory(hooks: WebhookReceiver | None = None, **config: Any) -> tuple[Flask, WebhookReceiver]:
+    def factory(
+        hooks: WebhookReceiver | None = None, **config: Any
+    ) -> tuple[Flask, WebhookReceiver]:
         app = Flask("hookledger_test")
         app.config.update(
             HOOKLEDGER_DATABASE_URL=database_url,

@@ -122,8 +122,12 @@ def test_stale_event_does_not_move_the_object_back(make_app: AppFactory) -> None
     client.send("payment_succeeded", object_id="pay_s", timestamp=T0)
     client.drain()
     # Arrives later, and even claims a later time: still backwards from succeeded.
-    client.send("payment_processing", object_id="pay_s", event_id="evt_late",
-                timestamp=T0 + timedelta(minutes=5))
+    client.send(
+        "payment_processing",
+        object_id="pay_s",
+        event_id="evt_late",
+        timestamp=T0 + timedelta(minutes=5),
+    )
     client.drain()
     assert seen == ["payment_succeeded"]
     store = WebhookReceiver.state(app).store
@@ -204,8 +208,9 @@ def test_handler_session_writes_commit_with_the_ledger(make_app: AppFactory) -> 
     @hooks.on("payment_succeeded")
     def write(event: Event, session: Session) -> None:
         attempts["write"] += 1
-        session.execute(sa.text("INSERT INTO side_effect (event_id) VALUES (:e)"),
-                        {"e": event.event_id})
+        session.execute(
+            sa.text("INSERT INTO side_effect (event_id) VALUES (:e)"), {"e": event.event_id}
+        )
         if attempts["write"] == 1:
             raise RuntimeError("fails after writing: the write must roll back")
 

@@ -96,9 +96,19 @@ def test_concurrent_duplicates_from_many_processes_store_and_run_once(
 ) -> None:
     port = _free_port()
     web = subprocess.Popen(
-        [str(BIN / "gunicorn"), "-w", "4", "-b", f"127.0.0.1:{port}", "--log-level", "warning",
-         "tests.apps.procapp:create_app()"],
-        env=_env(database_url), cwd=ROOT, stderr=subprocess.PIPE,
+        [
+            str(BIN / "gunicorn"),
+            "-w",
+            "4",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+            "tests.apps.procapp:create_app()",
+        ],
+        env=_env(database_url),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
     )
     try:
         base = f"http://127.0.0.1:{port}/webhooks/"
@@ -138,8 +148,9 @@ def test_killed_workers_event_is_finished_by_another(
 ) -> None:
     hold = tmp_path / "hold"
     hold.write_text("blocking")
-    body = encode(build_event("payment_succeeded", event_id="evt_kill",
-                              metadata={"hold_file": str(hold)}))
+    body = encode(
+        build_event("payment_succeeded", event_id="evt_kill", metadata={"hold_file": str(hold)})
+    )
     from receiver.events import parse_event
     from receiver.store import Store
 
@@ -173,8 +184,9 @@ def test_sigterm_finishes_the_current_event_then_exits(
 ) -> None:
     hold = tmp_path / "hold"
     hold.write_text("blocking")
-    body = encode(build_event("refund_succeeded", event_id="evt_term",
-                              metadata={"hold_file": str(hold)}))
+    body = encode(
+        build_event("refund_succeeded", event_id="evt_term", metadata={"hold_file": str(hold)})
+    )
     # refunds carry metadata on the refund object too
     from receiver.events import parse_event
     from receiver.store import Store
