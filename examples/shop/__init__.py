@@ -1,0 +1,1 @@
+"""A small shop whose orders are driven purely by payment-processor events."""

@@ -1,0 +1,156 @@
+"""The shop's Flask app: orders, plus hookledger's webhook blueprint at /webhooks/.
+
+Run it (see the Procfile)::
+
+    web:    gunicorn 'examples.shop.app:create_app()'
+    worker: hookledger --app examples.shop.app:create_app worker
+
+Settings come from the environment: HOOKLEDGER_SECRETS, HOOKLEDGER_DATABASE_URL (shared by
+the shop's orders and hookledger's inbox, so handlers commit with the ledger), and, to take
+payments, PROCESSOR_BASE_URL and PROCESSOR_API_KEY (the sandbox processor's, for example).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import click
+import requests
+from flask import Flask, abort, jsonify, render_template_string, request
+from sqlmodel import Session, SQLModel, select
+
+from examples.shop.handlers import hooks
+from examples.shop.models import Order
+from receiver import WebhookReceiver
+from receiver import db as hookledger_db
+
+PAGE = """<!doctype html><title>Shop orders</title>
+<h1>Orders</h1><table border=1 cellpadding=4>
+<tr><th>order</th><th>amount</th><th>status</th><th>payment</th><th>message</th></tr>
+{% for o in orders %}<tr><td>{{o.id}}</td><td>{{o.amount}} {{o.currency}}</td>
+<td>{{o.status}}</td><td>{{o.payment_id or ''}}</td><td>{{o.failure_message or ''}}</td></tr>
+{% endfor %}</table>"""
+
+
+def _engine(app: Flask) -> Any:
+    return WebhookReceiver.state(app).store.engine
+
+
+def order_dict(order: Order) -> dict[str, Any]:
+    return order.model_dump(mode="json")
+
+
+def create_app(config: dict[str, Any] | None = None) -> Flask:
+    app = Flask(__name__)
+    app.config.update(config or {})
+    hooks.init_app(app)
+
+    @app.cli.command("init-db")
+    def init_db() -> None:
+        """Apply hookledger's migrations and create the shop's tables."""
+        engine = _engine(app)
+        hookledger_db.upgrade(engine)
+        SQLModel.metadata.create_all(engine, tables=[Order.__table__])  # type: ignore[attr-defined]
+        click.echo("shop database ready")
+
+    @app.get("/")
+    def index() -> str:
+        with Session(_engine(app)) as session:
+            orders = session.exec(select(Order).order_by(Order.id)).all()
+        return render_template_string(PAGE, orders=orders)
+
+    @app.get("/orders")
+    def list_orders() -> Any:
+        with Session(_engine(app)) as session:
+            orders = session.exec(select(Order).order_by(Order.id)).all()
+        return jsonify([order_dict(o) for o in orders])
+
+    @app.get("/orders/<order_id>")
+    def get_order(order_id: str) -> Any:
+        with Session(_engine(app)) as session:
+            order = session.get(Order, order_id)
+            if order is None:
+                abort(404)
+            return jsonify(order_dict(order))
+
+    @app.post("/orders")
+    def create_order() -> Any:
+        """Create an order; with a processor configured, also create and confirm its payment.
+
+        The order stays ``pending`` here: only the processor's events move it.
+        """
+        data = request.get_json(force=True, silent=True) or {}
+        try:
+            amount = int(data["amount"])
+        except (KeyError, TypeError, ValueError):
+            return jsonify({"error": "amount (integer, lowest unit) is required"}), 400
+        order = Order(
+            id=str(data.get("id") or f"ord_{uuid.uuid4().hex[:12]}"),
+            amount=amount,
+            currency=str(data.get("currency") or "USD"),
+        )
+        with Session(_engine(app)) as session:
+            session.add(order)
+            session.commit()
+            session.refresh(order)
+        base_url = os.environ.get("PROCESSOR_BASE_URL")
+        card = data.get("card")
+        if base_url and card:
+            payment = _pay(base_url, os.environ["PROCESSOR_API_KEY"], order, str(card))
+            with Session(_engine(app)) as session:
+                stored = session.get(Order, order.id)
+                assert stored is not None
+                stored.payment_id = payment.get("payment_id")
+                session.add(stored)
+                session.commit()
+                session.refresh(stored)
+                return jsonify(order_dict(stored)), 201
+        return jsonify(order_dict(order)), 201
+
+    return app
+
+
+def _pay(base_url: str, api_key: str, order: Order, card: str) -> dict[str, Any]:
+    body = {
+        "amount": order.amount,
+        "currency": order.currency,
+        "payment_id": f"pay_{order.id}",
+        "confirm": True,
+        "capture_method": "automatic",
+        "payment_method": "card",
+        "payment_method_type": "credit",
+        "payment_method_data": {
+            "card": {
+                "card_number": card,
+                "card_exp_month": "12",
+                "card_exp_year": "2030",
+                "card_cvc": "123",
+                "card_holder_name": "Demo Shopper",
+            }
+        },
+        "billing": {
+            "address": {
+                "line1": "1 Demo Street",
+                "city": "San Francisco",
+                "state": "CA",
+                "zip": "94105",
+                "country": "US",
+                "first_name": "Demo",
+                "last_name": "Shopper",
+            },
+            "phone": {"number": "5555550100", "country_code": "+1"},
+        },
+        "metadata": {"order_id": order.id},
+        "profile_id": "pro_demo",
+    }
+    response = requests.post(
+        base_url.rstrip("/") + "/payments",
+        json=body,
+        headers={"api-key": api_key},
+        timeout=(5, 30),
+    )
+    response.raise_for_status()
+    result: dict[str, Any] = response.json()
+    return result
