@@ -8,6 +8,7 @@ with their own version table so they never collide with the application's migrat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
@@ -70,36 +71,66 @@ def _configure_sqlite(engine: Engine, *, memory: bool) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _alembic_config(engine: Engine) -> Config:
+@dataclass(frozen=True, slots=True)
+class MigrationTree:
+    """One package's migrations: where they live and which version table they own."""
+
+    directory: Path
+    version_table: str
+
+
+RECEIVER_MIGRATIONS = MigrationTree(MIGRATIONS_DIR, VERSION_TABLE)
+
+
+def _alembic_config(engine: Engine, tree: MigrationTree) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(tree.directory))
     cfg.attributes["engine"] = engine
+    cfg.attributes["version_table"] = tree.version_table
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply hookledger's migrations up to ``revision`` (idempotent)."""
-    command.upgrade(_alembic_config(engine), revision)
+def run_migrations(context: Any, metadata: MetaData) -> None:
+    """Body of every hookledger ``env.py``: migrate on the engine handed over in attributes."""
+    config = context.config
+    engine: Engine = config.attributes["engine"]
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            version_table=config.attributes["version_table"],
+            render_as_batch=connection.dialect.name == "sqlite",
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
 
 
-def downgrade(engine: Engine, revision: str) -> None:
-    command.downgrade(_alembic_config(engine), revision)
+def upgrade(
+    engine: Engine, revision: str = "head", tree: MigrationTree = RECEIVER_MIGRATIONS
+) -> None:
+    """Apply migrations up to ``revision`` (idempotent)."""
+    command.upgrade(_alembic_config(engine, tree), revision)
 
 
-def current_revision(engine: Engine) -> str | None:
+def downgrade(engine: Engine, revision: str, tree: MigrationTree = RECEIVER_MIGRATIONS) -> None:
+    command.downgrade(_alembic_config(engine, tree), revision)
+
+
+def current_revision(engine: Engine, tree: MigrationTree = RECEIVER_MIGRATIONS) -> str | None:
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        context = MigrationContext.configure(conn, opts={"version_table": tree.version_table})
         return context.get_current_revision()
 
 
-def head_revision() -> str | None:
-    script = ScriptDirectory.from_config(_alembic_config(create_engine("sqlite://")))
+def head_revision(tree: MigrationTree = RECEIVER_MIGRATIONS) -> str | None:
+    script = ScriptDirectory.from_config(_alembic_config(create_engine("sqlite://"), tree))
     return script.get_current_head()
 
 
-def check_schema(engine: Engine) -> None:
+def check_schema(engine: Engine, tree: MigrationTree = RECEIVER_MIGRATIONS) -> None:
     """Raise :class:`ConfigurationError` unless the database is at the latest migration."""
-    current, head = current_revision(engine), head_revision()
+    current, head = current_revision(engine, tree), head_revision(tree)
     if current != head:
         raise ConfigurationError(
             f"hookledger schema is at {current or 'nothing'}, expected {head}: "

@@ -151,6 +151,11 @@ def _datetime(value: object) -> datetime | None:
         return None
 
 
+def parse_timestamp(value: object) -> datetime | None:
+    """Parse a processor timestamp (ISO 8601) to an aware UTC datetime; ``None`` if invalid."""
+    return _datetime(value)
+
+
 def _card(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     container = _mapping(data.get(key))
     if container is None:
@@ -183,6 +188,12 @@ class _ResourceBase:
         if currency is not None:
             parts.append(f"currency={currency!r}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+    @property
+    def created_time(self) -> datetime | None:
+        """When the processor created the object (``created`` or ``created_at``), if known."""
+        value = getattr(self, "created", None) or getattr(self, "created_at", None)
+        return value if isinstance(value, datetime) else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, repr=False)

@@ -90,6 +90,8 @@ class InboxEvent(Base, table=True):
     #: ordering (events of one key are processed one at a time, in event-time order).
     object_key: str = Field(max_length=300)
     event_time: datetime | None = Field(default=None)
+    #: When the processor created the object (for the reconciler's "known only locally" check).
+    object_created_at: datetime | None = Field(default=None)
     received_at: datetime
     body: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
     headers: str = Field(sa_column=Column(Text, nullable=False))
@@ -139,12 +141,16 @@ class Projection(Base, table=True):
     """Latest known status of each object, guarded by the per-kind precedence order."""
 
     __tablename__ = "hookledger_projection"
+    __table_args__ = (
+        Index("ix_hookledger_projection_created", "object_kind", "object_created_at"),
+    )
 
     object_kind: str = Field(primary_key=True, max_length=32)
     object_id: str = Field(primary_key=True, max_length=255)
     status: str = Field(max_length=64)
     rank: int
     event_time: datetime | None = Field(default=None)
+    object_created_at: datetime | None = Field(default=None)
     event_pk: int = Field(sa_column=Column(BigInteger, nullable=False))
     updated_at: datetime
 

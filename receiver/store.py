@@ -92,6 +92,7 @@ class Claimed:
     object_status: str | None
     event_type: str | None
     event_time: datetime | None
+    object_created_at: datetime | None
     body: bytes = field(repr=False)
     source: str
     replay_of: int | None
@@ -191,6 +192,7 @@ class Store:
         header_json = clean_headers(headers)
         ref = event.object_ref
         event_time = as_utc(event.timestamp) if event.timestamp else now
+        created = event.object.created_time if event.object is not None else None
         if ref is not None and ref.object_id:
             kind: str | None = ref.kind
             object_id: str | None = ref.object_id
@@ -210,6 +212,7 @@ class Store:
             object_status=_clip(object_status, 64),
             object_key=object_key[:300],
             event_time=event_time,
+            object_created_at=created,
             received_at=now,
             body=body,
             headers=header_json,
@@ -360,6 +363,7 @@ class Store:
                 object_status=head.object_status,
                 event_type=head.event_type,
                 event_time=head.event_time,
+                object_created_at=head.object_created_at,
                 body=head.body,
                 source=head.source,
                 replay_of=head.replay_of,
@@ -452,6 +456,7 @@ class Store:
                     status=incoming,
                     rank=incoming_rank,
                     event_time=claimed.event_time,
+                    object_created_at=claimed.object_created_at,
                     event_pk=claimed.pk,
                     updated_at=now,
                 )

@@ -1,22 +1,8 @@
-"""Alembic environment for hookledger's own tables (run via ``receiver.db.upgrade``)."""
-
-from __future__ import annotations
+"""Alembic environment for the receiver's tables (run via ``receiver.db.upgrade``)."""
 
 from alembic import context
 
-from receiver.db import VERSION_TABLE
+from receiver.db import run_migrations
 from receiver.models import metadata
 
-config = context.config
-engine = config.attributes["engine"]
-
-with engine.connect() as connection:
-    context.configure(
-        connection=connection,
-        target_metadata=metadata,
-        version_table=VERSION_TABLE,
-        render_as_batch=connection.dialect.name == "sqlite",
-    )
-    with context.begin_transaction():
-        context.run_migrations()
-    connection.commit()
+run_migrations(context, metadata)

@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.Column("object_status", sa.String(64), nullable=True),
         sa.Column("object_key", sa.String(300), nullable=False),
         sa.Column("event_time", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("object_created_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("body", sa.LargeBinary(), nullable=False),
         sa.Column("headers", sa.Text(), nullable=False),
@@ -84,9 +85,15 @@ def upgrade() -> None:
         sa.Column("status", sa.String(64), nullable=False),
         sa.Column("rank", sa.Integer(), nullable=False),
         sa.Column("event_time", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("object_created_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("event_pk", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("object_kind", "object_id", name="pk_hookledger_projection"),
+    )
+    op.create_index(
+        "ix_hookledger_projection_created",
+        "hookledger_projection",
+        ["object_kind", "object_created_at"],
     )
     op.create_table(
         "hookledger_transition",
@@ -111,6 +118,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("hookledger_object_lease")
     op.drop_table("hookledger_transition")
+    op.drop_index("ix_hookledger_projection_created", table_name="hookledger_projection")
     op.drop_table("hookledger_projection")
     op.drop_table("hookledger_handler_run")
     op.drop_table("hookledger_event_conflict")

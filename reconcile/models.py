@@ -1,0 +1,68 @@
+"""The reconciler's tables: watermarks, runs (with their reports), the run lock, seen ids."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Column, Integer, MetaData, Text
+from sqlmodel import Field, SQLModel
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+_BIGINT_PK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(SQLModel):
+    metadata = metadata
+
+
+class Watermark(Base, table=True):
+    """Per kind: objects created up to ``high_water`` have been reconciled."""
+
+    __tablename__ = "hookledger_recon_watermark"
+
+    kind: str = Field(primary_key=True, max_length=32)
+    high_water: datetime
+    updated_at: datetime
+
+
+class ReconcileRun(Base, table=True):
+    """One run and its report (JSON)."""
+
+    __tablename__ = "hookledger_recon_run"
+
+    id: int | None = Field(
+        default=None, sa_column=Column(_BIGINT_PK, primary_key=True, autoincrement=True)
+    )
+    mode: str = Field(max_length=16)
+    owner: str = Field(max_length=128)
+    started_at: datetime
+    finished_at: datetime | None = None
+    status: str = Field(max_length=16)  # running | ok | unresolved | failed | dry_run
+    report: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class RunLock(Base, table=True):
+    """The one-run-at-a-time lease (SQLite; PostgreSQL uses an advisory lock)."""
+
+    __tablename__ = "hookledger_recon_lock"
+
+    name: str = Field(primary_key=True, max_length=64)
+    owner: str = Field(max_length=128)
+    expires_at: datetime
+
+
+class SeenObject(Base, table=True):
+    """Remote ids seen by a run (to find objects known locally but not remotely)."""
+
+    __tablename__ = "hookledger_recon_seen"
+
+    run_id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    kind: str = Field(primary_key=True, max_length=32)
+    object_id: str = Field(primary_key=True, max_length=255)

@@ -1,0 +1,262 @@
+"""The reconciler's storage: watermarks, run records and reports, the run lock, seen ids."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Table, and_, delete, func, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from receiver.clock import Clock, as_utc, utcnow
+from receiver.db import MigrationTree
+from receiver.models import Projection
+from reconcile.errors import ReconcileLocked
+from reconcile.models import ReconcileRun, RunLock, SeenObject, Watermark
+
+log = logging.getLogger("reconcile.store")
+
+RECONCILE_MIGRATIONS = MigrationTree(
+    Path(__file__).with_name("migrations"), "hookledger_reconcile_alembic_version"
+)
+
+W: Table = Watermark.__table__  # type: ignore[attr-defined]
+R: Table = ReconcileRun.__table__  # type: ignore[attr-defined]
+K: Table = RunLock.__table__  # type: ignore[attr-defined]
+S: Table = SeenObject.__table__  # type: ignore[attr-defined]
+P: Table = Projection.__table__  # type: ignore[attr-defined]
+
+LOCK_NAME = "reconcile"
+
+
+class ReconcileStore:
+    """Watermarks, runs and seen ids on the receiver's database."""
+
+    def __init__(self, engine: Engine, *, clock: Clock = utcnow) -> None:
+        self.engine = engine
+        self.clock = clock
+        self._pg = engine.dialect.name == "postgresql"
+
+    def __repr__(self) -> str:
+        return f"ReconcileStore(dialect={self.engine.dialect.name!r})"
+
+    def now(self) -> datetime:
+        return as_utc(self.clock())
+
+    def _insert(self, table: Table) -> Any:
+        return (postgresql.insert if self._pg else sqlite.insert)(table)
+
+    # -- watermarks ------------------------------------------------------------------------
+
+    def watermark(self, kind: str) -> datetime | None:
+        with self.engine.connect() as conn:
+            value = conn.execute(select(W.c.high_water).where(W.c.kind == kind)).scalar()
+        return as_utc(value) if value is not None else None
+
+    def set_watermark(self, kind: str, high_water: datetime) -> None:
+        """Move the watermark forward (never backwards: a wide run over an old window must not
+        undo the progress of the incremental runs)."""
+        now = self.now()
+        high_water = as_utc(high_water)
+        with self.engine.begin() as conn:
+            conn.execute(
+                self._insert(W)
+                .values(kind=kind, high_water=high_water, updated_at=now)
+                .on_conflict_do_update(
+                    index_elements=["kind"],
+                    set_={"high_water": high_water, "updated_at": now},
+                    where=W.c.high_water < high_water,
+                )
+            )
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def start_run(self, mode: str, owner: str) -> int:
+        with self.engine.begin() as conn:
+            run_id = conn.execute(
+                R.insert()
+                .values(
+                    mode=mode, owner=owner, started_at=self.now(), status="running", report="{}"
+                )
+                .returning(R.c.id)
+            ).scalar_one()
+        return int(run_id)
+
+    def finish_run(self, run_id: int, status: str, report: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(R)
+                .where(R.c.id == run_id)
+                .values(
+                    status=status, finished_at=self.now(), report=json.dumps(report, default=str)
+                )
+            )
+            conn.execute(delete(S).where(S.c.run_id == run_id))
+
+    def runs(self, limit: int = 10) -> list[ReconcileRun]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(R).order_by(R.c.id.desc()).limit(limit)).all()
+        return [ReconcileRun(**row._mapping) for row in rows]
+
+    def running(self) -> ReconcileRun | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(R).where(R.c.status == "running").order_by(R.c.id.desc()).limit(1)
+            ).first()
+        return ReconcileRun(**row._mapping) if row is not None else None
+
+    # -- seen ids and local-only objects ---------------------------------------------------
+
+    def mark_seen(self, run_id: int, kind: str, object_ids: Iterable[str]) -> None:
+        rows = [{"run_id": run_id, "kind": kind, "object_id": oid} for oid in object_ids]
+        if not rows:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(self._insert(S).on_conflict_do_nothing(), rows)
+
+    def local_only(
+        self, run_id: int, kind: str, start: datetime, end: datetime, *, sample: int = 20
+    ) -> tuple[int, list[str]]:
+        """Objects the projection knows, created in the window, that the processor did not list."""
+        unseen = and_(
+            P.c.object_kind == kind,
+            P.c.object_created_at >= as_utc(start),
+            P.c.object_created_at <= as_utc(end),
+            ~select(S.c.object_id)
+            .where(S.c.run_id == run_id, S.c.kind == kind, S.c.object_id == P.c.object_id)
+            .exists(),
+        )
+        with self.engine.connect() as conn:
+            count = conn.execute(select(func.count()).select_from(P).where(unseen)).scalar_one()
+            ids = conn.execute(
+                select(P.c.object_id).where(unseen).order_by(P.c.object_id).limit(sample)
+            ).scalars()
+            return int(count), list(ids)
+
+    def projected(self, kind: str, object_ids: Sequence[str]) -> dict[str, str]:
+        """Projected status of each of ``object_ids`` that has one."""
+        if not object_ids:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(P.c.object_id, P.c.status).where(
+                    P.c.object_kind == kind, P.c.object_id.in_(list(object_ids))
+                )
+            ).all()
+        return {r.object_id: r.status for r in rows}
+
+    # -- lock ------------------------------------------------------------------------------
+
+    def lock(self, owner: str, *, lease_seconds: float = 60.0) -> RunLease:
+        return RunLease(self, owner, lease_seconds=lease_seconds)
+
+
+class RunLease:
+    """One reconcile run at a time across processes and hosts.
+
+    PostgreSQL: a session-level advisory lock on a connection held for the run (released by
+    the server if the process dies). SQLite: a lease row taken with a conditional upsert and
+    renewed by a heartbeat thread (a dead process's lease expires).
+    """
+
+    def __init__(self, store: ReconcileStore, owner: str, *, lease_seconds: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self._conn: Connection | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def acquire(self, *, wait: float = 0.0, poll: float = 0.5) -> None:
+        """Take the lock, waiting up to ``wait`` seconds; raise :class:`ReconcileLocked`."""
+        deadline = self.store.now() + timedelta(seconds=wait)
+        stop = threading.Event()
+        while not self._try():
+            if self.store.now() >= deadline:
+                running = self.store.running()
+                detail = (
+                    f" (run #{running.id} by {running.owner}, started {running.started_at})"
+                    if running
+                    else ""
+                )
+                raise ReconcileLocked(f"another reconcile run is in progress{detail}")
+            stop.wait(poll)
+
+    def _try(self) -> bool:
+        if self.store._pg:
+            conn = self.store.engine.connect()
+            got = conn.execute(
+                text("SELECT pg_try_advisory_lock(:k)"), {"k": _lock_key(LOCK_NAME)}
+            ).scalar()
+            conn.commit()
+            if got:
+                self._conn = conn
+                return True
+            conn.close()
+            return False
+        now = self.store.now()
+        expires = now + timedelta(seconds=self.lease_seconds)
+        with self.store.engine.begin() as conn:
+            taken = conn.execute(
+                self.store._insert(K)
+                .values(name=LOCK_NAME, owner=self.owner, expires_at=expires)
+                .on_conflict_do_update(
+                    index_elements=["name"],
+                    set_={"owner": self.owner, "expires_at": expires},
+                    where=K.c.expires_at < now,
+                )
+                .returning(K.c.name)
+            ).first()
+        if taken is None:
+            return False
+        self._heartbeat = threading.Thread(target=self._renew, name="reconcile-lock", daemon=True)
+        self._heartbeat.start()
+        return True
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_seconds / 3):
+            expires = self.store.now() + timedelta(seconds=self.lease_seconds)
+            try:
+                with self.store.engine.begin() as conn:
+                    conn.execute(
+                        update(K)
+                        .where(K.c.name == LOCK_NAME, K.c.owner == self.owner)
+                        .values(expires_at=expires)
+                    )
+            except Exception:  # noqa: BLE001 - retry at the next beat
+                log.exception("could not renew the reconcile lock", extra={"action": "lock"})
+
+    def release(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.execute(
+                    text("SELECT pg_advisory_unlock(:k)"), {"k": _lock_key(LOCK_NAME)}
+                )
+                self._conn.commit()
+            finally:
+                self._conn.close()
+                self._conn = None
+            return
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+        with self.store.engine.begin() as conn:
+            conn.execute(delete(K).where(K.c.name == LOCK_NAME, K.c.owner == self.owner))
+
+    def __enter__(self) -> RunLease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+
+def _lock_key(name: str) -> int:
+    digest = hashlib.blake2b(b"hookledger-reconcile:" + name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)

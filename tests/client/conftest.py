@@ -1,0 +1,57 @@
+"""Fixtures for the processor client tests: a fake processor on 127.0.0.1 and client factories."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from _fakeapi import API_KEY, NOW, FakeProcessor, Sleeps, start, stop
+
+from reconcile.client import ProcessorClient, RetryPolicy
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProcessor]:
+    running = start(API_KEY)
+    try:
+        yield running.fake
+    finally:
+        stop(running)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+@pytest.fixture
+def make_client(fake: FakeProcessor, sleeps: Sleeps) -> Iterator[Callable[..., ProcessorClient]]:
+    """Build clients against the fake with recorded sleeps, a fixed clock and a seeded rng."""
+    clients: list[ProcessorClient] = []
+
+    def factory(**overrides: Any) -> ProcessorClient:
+        options: dict[str, Any] = {
+            "retry": RetryPolicy(),
+            "sleep": sleeps,
+            "clock": lambda: NOW,
+            "rng": random.Random(1234),
+            "connect_timeout": 2.0,
+            "read_timeout": 5.0,
+        }
+        options.update(overrides)
+        base_url = options.pop("base_url", fake.base_url)
+        api_key = options.pop("api_key", API_KEY)
+        client = ProcessorClient(base_url, api_key, **options)
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def client(make_client: Callable[..., ProcessorClient]) -> ProcessorClient:
+    return make_client()
