@@ -85,6 +85,8 @@ PayoutsDialect = Literal["get", "post"]
 DENSE_LIMIT: Final = 10_000
 #: Passes over one overcrowded millisecond before it is declared stuck.
 DENSE_PASSES: Final = 3
+#: Most slices one window is split into at once (keeps the stack of pending slices small).
+MAX_SLICES: Final = 64
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MS: Final = timedelta(milliseconds=1)
@@ -494,7 +496,7 @@ class TimeSlicePager(Pager):
     def _slices(self, low: int, high: int, total: int | None) -> list[tuple[int, int]]:
         # Aim for slices three quarters full, so one uneven slice rarely needs another split.
         wanted = 2 if total is None else math.ceil(total / max(1, self.page_size * 3 // 4))
-        parts = max(2, min(wanted, high - low))
+        parts = max(2, min(wanted, MAX_SLICES, high - low))
         points = [low + (high - low) * i // parts for i in range(parts + 1)]
         return list(zip(points, points[1:], strict=False))
 

@@ -97,7 +97,6 @@ def _is_loopback(host: str) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     problem = None
     if not args.api_key:
         problem = "an api key is required (--api-key or SANDBOX_API_KEY)"
@@ -110,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         schedule = parse_retry_schedule(args.retry_schedule)
         server = SandboxServer(

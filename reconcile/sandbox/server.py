@@ -116,7 +116,7 @@ class SandboxServer:
         self._sandbox.start()
         self._ticker_stop.clear()
         serve = threading.Thread(
-            target=server.serve_forever, name="sandbox-http", kwargs={"poll_interval": 0.1}
+            target=server.serve_forever, name="sandbox-http", kwargs={"poll_interval": 0.05}
         )
         serve.daemon = True
         serve.start()

@@ -78,7 +78,9 @@ class WebhookSink:
         self._server: BaseWSGIServer = make_server(
             "127.0.0.1", 0, self._app, threaded=True, request_handler=_Quiet
         )
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:

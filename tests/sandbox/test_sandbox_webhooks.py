@@ -8,10 +8,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import requests
-from sandbox_support import SECRET, Api, WebhookSink
+from sandbox_support import SECRET, Api, Delivery, WebhookSink, card
 
 from receiver.signature import sign
 from receiver.status import event_type_for_status
@@ -28,7 +29,7 @@ EVENT_ID = re.compile(r"evt_[0-9a-f]{32}")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
-def events_of(deliveries: list) -> list[dict]:  # type: ignore[type-arg]
+def events_of(deliveries: list[Delivery]) -> list[dict[str, Any]]:
     return [json.loads(d.body) for d in deliveries]
 
 
@@ -119,7 +120,12 @@ def test_every_kind_of_object_emits_its_events(
         "dispute_lost": 1,
     }
     content_types = {e["content"]["type"] for e in events}
-    assert content_types == {"payment_details", "refund_details", "payout_details", "dispute_details"}
+    assert content_types == {
+        "payment_details",
+        "refund_details",
+        "payout_details",
+        "dispute_details",
+    }
     for event in events:
         kind = event["content"]["type"].removesuffix("_details")
         obj = event["content"]["object"]
@@ -133,12 +139,21 @@ def test_at_most_one_event_per_object_and_type(hooked: SandboxServer, sink: Webh
     sandbox = hooked.sandbox
     [payment_id] = sandbox.seed_payments(1, datetime.now(UTC), emit_webhooks=True)
     obj = sandbox.get_payment(payment_id)
-    assert sandbox.webhooks.emit("payment", payment_id, "payment_succeeded", obj, sandbox.now()) is None
+    assert (
+        sandbox.webhooks.emit("payment", payment_id, "payment_succeeded", obj, sandbox.now())
+        is None
+    )
     # Opening two disputes and refunding twice are separate objects: one event each.
     sandbox.open_dispute(payment_id, amount=10)
     sandbox.open_dispute(payment_id, amount=10)
     assert sandbox.flush_webhooks(5)
-    keys = [(e["content"]["object"].get("dispute_id") or e["content"]["object"]["payment_id"], e["event_type"]) for e in events_of(sink.deliveries)]
+    keys = [
+        (
+            e["content"]["object"].get("dispute_id") or e["content"]["object"]["payment_id"],
+            e["event_type"],
+        )
+        for e in events_of(sink.deliveries)
+    ]
     assert len(keys) == len(set(keys)) == 3
 
 
@@ -160,7 +175,9 @@ def test_retries_send_identical_bytes_and_signature(
     assert event["responses"] == ["HTTP 500", "HTTP 500", "2xx"]
 
 
-def test_gives_up_after_the_schedule(hooked: SandboxServer, hooked_api: Api, sink: WebhookSink) -> None:
+def test_gives_up_after_the_schedule(
+    hooked: SandboxServer, hooked_api: Api, sink: WebhookSink
+) -> None:
     sink.status = 503
     hooked_api.pay()
     assert hooked.sandbox.flush_webhooks(5)
@@ -169,10 +186,12 @@ def test_gives_up_after_the_schedule(hooked: SandboxServer, hooked_api: Api, sin
     assert stats["states"] == {"failed": 1} and len(stats["given_up"]) == 1
 
 
-def test_unreachable_url_is_retried_then_given_up(start_sandbox: Callable[..., SandboxServer]) -> None:
+def test_unreachable_url_is_retried_then_given_up(
+    start_sandbox: Callable[..., SandboxServer],
+) -> None:
     server = start_sandbox(webhook_url="http://127.0.0.1:9/unreachable", webhook_timeout=0.5)
     server.sandbox.create_payment(
-        {"amount": 1, "currency": "USD", "confirm": True, "payment_method_data": {"card": {"card_number": "4242424242424242", "card_exp_month": "1", "card_exp_year": "2099", "card_cvc": "123"}}}
+        {"amount": 1, "currency": "USD", "confirm": True, "payment_method_data": card()}
     )
     assert server.sandbox.flush_webhooks(5)
     (event,) = server.sandbox.events()
@@ -180,11 +199,11 @@ def test_unreachable_url_is_retried_then_given_up(start_sandbox: Callable[..., S
 
 
 def test_flush_times_out_while_retries_are_pending(
-    start_sandbox: Callable[..., SandboxServer], sink: WebhookSink
+    start_sandbox: Callable[..., SandboxServer], sink: WebhookSink, session: requests.Session
 ) -> None:
     sink.status = 500
     server = start_sandbox(webhook_url=sink.url, retry_schedule=(30.0,))
-    Api(requests.Session(), server.base_url).pay()  # session closed below via the server's stop
+    Api(session, server.base_url).pay()
     started = time.monotonic()
     assert server.sandbox.flush_webhooks(0.3) is False
     assert time.monotonic() - started < 2
@@ -203,7 +222,9 @@ def test_retry_schedule_parsing() -> None:
 # -- webhook faults -------------------------------------------------------------------------
 
 
-def test_drop_duplicate_and_corrupt(hooked: SandboxServer, hooked_api: Api, sink: WebhookSink) -> None:
+def test_drop_duplicate_and_corrupt(
+    hooked: SandboxServer, hooked_api: Api, sink: WebhookSink
+) -> None:
     faults = hooked.sandbox.faults
     faults.once("drop", event_type="payment_failed")
     faults.once("duplicate", event_type="payment_succeeded")
@@ -212,7 +233,7 @@ def test_drop_duplicate_and_corrupt(hooked: SandboxServer, hooked_api: Api, sink
     hooked_api.pay()
     hooked_api.pay("4000000000003220")
     assert hooked.sandbox.flush_webhooks(5)
-    by_type: dict[str, list] = {}  # type: ignore[type-arg]
+    by_type: dict[str, list[Delivery]] = {}
     for delivery in sink.deliveries:
         by_type.setdefault(json.loads(delivery.body)["event_type"], []).append(delivery)
     assert "payment_failed" not in by_type
@@ -257,7 +278,9 @@ def test_delay_and_reorder(hooked: SandboxServer, hooked_api: Api, sink: Webhook
     assert len(hooked.sandbox.stats()["faults"]["webhooks"]["delay"]) == 1
 
 
-def test_a_held_event_is_released_by_flush(hooked: SandboxServer, hooked_api: Api, sink: WebhookSink) -> None:
+def test_a_held_event_is_released_by_flush(
+    hooked: SandboxServer, hooked_api: Api, sink: WebhookSink
+) -> None:
     hooked.sandbox.faults.once("reorder")
     hooked_api.pay()
     assert hooked.sandbox.flush_webhooks(5)
@@ -340,7 +363,9 @@ def test_api_timeout_and_error_rate(server: SandboxServer, api: Api) -> None:
     assert api.get("/payments/x").status_code == 404
 
 
-def test_real_rate_limit_window(start_sandbox: Callable[..., SandboxServer], session: requests.Session) -> None:
+def test_real_rate_limit_window(
+    start_sandbox: Callable[..., SandboxServer], session: requests.Session
+) -> None:
     if 60 - time.time() % 60 < 3:  # keep the three requests inside one window
         time.sleep(60 - time.time() % 60 + 0.1)
     server = start_sandbox(rate_limit_per_minute=2)
@@ -351,3 +376,13 @@ def test_real_rate_limit_window(start_sandbox: Callable[..., SandboxServer], ses
     assert limited.status_code == 429 and limited.json()["error"]["code"] == "RL_01"
     assert int(limited.headers["Retry-After"]) <= 60
     assert limited.headers["X-RateLimit-Limit"] == "2"
+
+
+def test_admin_events_and_flush(hooked: SandboxServer, hooked_api: Api, sink: WebhookSink) -> None:
+    payment = hooked_api.pay()
+    session = hooked_api.session
+    flushed = session.post(hooked.base_url + "/__sandbox/webhooks/flush", json={"timeout": 5})
+    assert flushed.json() == {"drained": True}
+    (event,) = session.get(hooked.base_url + "/__sandbox/events", timeout=5).json()
+    assert event["object_id"] == payment["payment_id"] and event["state"] == "delivered"
+    assert event["body"].encode() == sink.deliveries[0].body
