@@ -22,18 +22,34 @@ from receiver.factories import encode, format_timestamp
 
 Verdict = Literal["in_sync", "missed", "no_event", "local_ahead", "unknown_status"]
 
-#: Object kind -> (content type, id field, timestamp fields newest first).
-KINDS: Final[Mapping[str, tuple[str, str, tuple[str, ...]]]] = {
-    "payment": ("payment_details", "payment_id", ("modified_at", "updated", "created")),
-    "refund": (
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """Where a kind's content type, id, status and change time live in its API object."""
+
+    content_type: str
+    id_field: str
+    status_field: str
+    time_fields: tuple[str, ...]  # newest first
+
+
+KINDS: Final[Mapping[str, KindSpec]] = {
+    "payment": KindSpec(
+        "payment_details", "payment_id", "status", ("modified_at", "updated", "created")
+    ),
+    "refund": KindSpec(
         "refund_details",
         "refund_id",
+        "status",
         ("updated_at", "modified_at", "created_at", "created"),
     ),
-    "payout": ("payout_details", "payout_id", ("modified_at", "updated_at", "created")),
-    "dispute": (
+    "payout": KindSpec(
+        "payout_details", "payout_id", "status", ("modified_at", "updated_at", "created")
+    ),
+    "dispute": KindSpec(
         "dispute_details",
         "dispute_id",
+        "dispute_status",
         ("modified_at", "updated_at", "created_at", "created"),
     ),
 }
@@ -52,8 +68,14 @@ class Finding:
 
 
 def object_id_of(kind: str, remote: Mapping[str, Any]) -> str | None:
-    value = remote.get(KINDS[kind][1])
+    value = remote.get(KINDS[kind].id_field)
     return value if isinstance(value, str) and value else None
+
+
+def status_of(kind: str, remote: Mapping[str, Any]) -> Any:
+    """The remote object's status (a dispute's is ``dispute_status``)."""
+    spec = KINDS[kind]
+    return remote.get(spec.status_field, remote.get("status"))
 
 
 def compare(kind: str, object_id: str, remote_status: Any, local_status: str | None) -> Finding:
@@ -96,7 +118,7 @@ def synthetic_event_id(kind: str, object_id: str, event_type: str) -> str:
 
 def event_time(kind: str, remote: Mapping[str, Any], fallback: datetime) -> datetime:
     """When the remote object last changed (its modified time), else ``fallback``."""
-    for field in KINDS[kind][2]:
+    for field in KINDS[kind].time_fields:
         parsed = parse_timestamp(remote.get(field))
         if parsed is not None:
             return parsed
@@ -109,7 +131,7 @@ def synthesise(
     """The body of the event the processor would have sent for ``finding`` (compact JSON)."""
     if finding.verdict != "missed" or finding.event_type is None:
         raise ValueError("only a missed transition is synthesised")
-    content_type = KINDS[finding.kind][0]
+    content_type = KINDS[finding.kind].content_type
     merchant = merchant_id or remote.get("merchant_id")
     body = {
         "merchant_id": merchant if isinstance(merchant, str) else None,

@@ -337,7 +337,7 @@ class Reconciler:
         now = as_utc(self.clock())
         for object_id, obj in remote.items():
             report.checked += 1
-            finding = diff.compare(kind, object_id, obj.get("status"), local.get(object_id))
+            finding = diff.compare(kind, object_id, diff.status_of(kind, obj), local.get(object_id))
             if finding.verdict == "in_sync":
                 report.in_sync += 1
             elif finding.verdict == "no_event":

@@ -7,7 +7,7 @@ Run it (see the Procfile)::
 
 Settings come from the environment: HOOKLEDGER_SECRETS, HOOKLEDGER_DATABASE_URL (shared by
 the shop's orders and hookledger's inbox, so handlers commit with the ledger), and, to take
-payments, PROCESSOR_BASE_URL and PROCESSOR_API_KEY (the sandbox processor's, for example).
+payments, HOOKLEDGER_PROCESSOR_URL and HOOKLEDGER_API_KEY (the sandbox's, for example).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import uuid
 from typing import Any
 
 import click
-import requests
 from flask import Flask, abort, jsonify, render_template_string, request
 from sqlmodel import Session, SQLModel, select
 
@@ -25,6 +24,7 @@ from examples.shop.handlers import hooks
 from examples.shop.models import Order
 from receiver import WebhookReceiver
 from receiver import db as hookledger_db
+from reconcile.client import ProcessorClient
 
 PAGE = """<!doctype html><title>Shop orders</title>
 <h1>Orders</h1><table border=1 cellpadding=4>
@@ -95,10 +95,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
             session.add(order)
             session.commit()
             session.refresh(order)
-        base_url = os.environ.get("PROCESSOR_BASE_URL")
+        base_url = os.environ.get("HOOKLEDGER_PROCESSOR_URL")
+        api_key = os.environ.get("HOOKLEDGER_API_KEY")
         card = data.get("card")
-        if base_url and card:
-            payment = _pay(base_url, os.environ["PROCESSOR_API_KEY"], order, str(card))
+        if base_url and api_key and card:
+            payment = _pay(base_url, api_key, order, str(card))
             with Session(_engine(app)) as session:
                 stored = session.get(Order, order.id)
                 assert stored is not None
@@ -145,12 +146,7 @@ def _pay(base_url: str, api_key: str, order: Order, card: str) -> dict[str, Any]
         "metadata": {"order_id": order.id},
         "profile_id": "pro_demo",
     }
-    response = requests.post(
-        base_url.rstrip("/") + "/payments",
-        json=body,
-        headers={"api-key": api_key},
-        timeout=(5, 30),
-    )
-    response.raise_for_status()
-    result: dict[str, Any] = response.json()
+    # The payment id is ours, so a retried create is safe: the processor answers HE_01.
+    with ProcessorClient(base_url, api_key) as client:
+        result: dict[str, Any] = client.request("POST", "/payments", json=body)
     return result

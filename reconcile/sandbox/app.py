@@ -52,7 +52,7 @@ from typing import Any
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
-from reconcile.sandbox.clock import FrozenClock, iso_ms, parse_timestamp
+from reconcile.sandbox.clock import FrozenClock, format_timestamp, parse_timestamp
 from reconcile.sandbox.errors import (
     SandboxError,
     invalid,
@@ -319,7 +319,7 @@ def _register_admin(app: Flask, sandbox: Sandbox) -> None:
         body = _body()
         if body.get("real"):
             sandbox.set_clock(None)
-            return json_response({"now": iso_ms(sandbox.now()), "frozen": False})
+            return json_response({"now": format_timestamp(sandbox.now()), "frozen": False})
         current = sandbox.clock
         frozen = current if isinstance(current, FrozenClock) else FrozenClock(sandbox.now())
         if "now" in body:
@@ -333,7 +333,7 @@ def _register_admin(app: Flask, sandbox: Sandbox) -> None:
                 raise invalid("advance_seconds must be a number")
             frozen.advance(float(advance))
         sandbox.set_clock(frozen)
-        return json_response({"now": iso_ms(sandbox.now()), "frozen": True})
+        return json_response({"now": format_timestamp(sandbox.now()), "frozen": True})
 
     @app.get(ADMIN_PREFIX + "/events")
     def events() -> Response:

@@ -8,32 +8,31 @@ example ``created.lte=<created of the last row>``) matches that row exactly.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-Clock = Callable[[], datetime]
+from receiver.clock import Clock, as_utc, utcnow
+from receiver.factories import format_timestamp
 
-
-def utc_now() -> datetime:
-    """The current time, timezone-aware UTC (the default clock)."""
-    return datetime.now(UTC)
+__all__ = [
+    "Clock",
+    "FrozenClock",
+    "format_timestamp",
+    "iso_or_none",
+    "parse_timestamp",
+    "truncate_ms",
+    "utcnow",
+]
 
 
 def truncate_ms(when: datetime) -> datetime:
     """``when`` as aware UTC truncated to milliseconds (a naive value is taken as UTC)."""
-    aware = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    aware = as_utc(when)
     return aware.replace(microsecond=aware.microsecond - aware.microsecond % 1000)
 
 
-def iso_ms(when: datetime) -> str:
-    """``when`` as ISO 8601 UTC with milliseconds and ``Z``: ``2026-08-12T08:14:55.392Z``."""
-    utc = truncate_ms(when)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
-
-
 def iso_or_none(when: datetime | None) -> str | None:
-    """:func:`iso_ms` of ``when``, or ``None``."""
-    return None if when is None else iso_ms(when)
+    """:func:`~receiver.factories.format_timestamp` of ``when``, or ``None``."""
+    return None if when is None else format_timestamp(when)
 
 
 def parse_timestamp(value: object, *, allow_naive: bool) -> datetime | None:
@@ -62,7 +61,7 @@ class FrozenClock:
 
     def __init__(self, start: datetime | None = None) -> None:
         self._lock = threading.Lock()
-        self._now = truncate_ms(start or utc_now())
+        self._now = truncate_ms(start or utcnow())
 
     def __call__(self) -> datetime:
         with self._lock:
@@ -80,4 +79,4 @@ class FrozenClock:
             return self._now
 
     def __repr__(self) -> str:
-        return f"FrozenClock({iso_ms(self())})"
+        return f"FrozenClock({format_timestamp(self())})"

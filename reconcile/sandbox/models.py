@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from reconcile.sandbox.cards import CardOutcome
-from reconcile.sandbox.clock import iso_ms, iso_or_none
+from reconcile.sandbox.clock import format_timestamp, iso_or_none
 
 JSONDict = dict[str, Any]
 
@@ -67,7 +67,7 @@ class Customer:
             "phone_country_code": self.phone_country_code,
             "description": self.description,
             "address": self.address,
-            "created_at": iso_ms(self.created),
+            "created_at": format_timestamp(self.created),
             "metadata": self.metadata,
             "default_payment_method_id": None,
         }
@@ -148,8 +148,8 @@ class Payment:
             "shipping": self.shipping,
             "order_details": self.order_details,
             "client_secret": self.client_secret,
-            "created": iso_ms(self.created),
-            "modified_at": iso_ms(self.modified_at),
+            "created": format_timestamp(self.created),
+            "modified_at": format_timestamp(self.modified_at),
             "captured_at": iso_or_none(self.captured_at),
             "cancellation_reason": self.cancellation_reason,
             "cancelled_at": iso_or_none(self.cancelled_at),
@@ -189,8 +189,8 @@ class Refund:
     connector_refund_id: str | None = None
 
     def to_api(self) -> JSONDict:
-        created = iso_ms(self.created)
-        updated = iso_ms(self.updated_at)
+        created = format_timestamp(self.created)
+        updated = format_timestamp(self.updated_at)
         return {
             "refund_id": self.refund_id,
             "payment_id": self.payment_id,
@@ -286,8 +286,8 @@ class Payout:
             "error_message": self.error_message,
             "error_code": self.error_code,
             "profile_id": self.profile_id,
-            "created": iso_ms(self.created),
-            "modified_at": iso_ms(self.modified_at),
+            "created": format_timestamp(self.created),
+            "modified_at": format_timestamp(self.modified_at),
             "connector_transaction_id": self.connector_transaction_id,
             "priority": self.priority,
             "attempts": [attempt],
@@ -332,10 +332,10 @@ class Dispute:
             "connector_dispute_id": self.connector_dispute_id,
             "connector_reason": self.reason,
             "connector_reason_code": self.reason_code,
-            "challenge_required_by": iso_ms(self.challenge_required_by),
-            "connector_created_at": iso_ms(self.created),
-            "connector_updated_at": iso_ms(self.modified_at),
-            "created_at": iso_ms(self.created),
+            "challenge_required_by": format_timestamp(self.challenge_required_by),
+            "connector_created_at": format_timestamp(self.created),
+            "connector_updated_at": format_timestamp(self.modified_at),
+            "created_at": format_timestamp(self.created),
             "profile_id": self.profile_id,
             "merchant_connector_id": MERCHANT_CONNECTOR_ID,
             "is_already_refunded": self.is_already_refunded,

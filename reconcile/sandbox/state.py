@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import bisect
 import hmac
+import os
 import secrets
 import string
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -53,7 +53,7 @@ from reconcile.sandbox.cards import (
     luhn_valid,
     outcome_for,
 )
-from reconcile.sandbox.clock import Clock, truncate_ms, utc_now
+from reconcile.sandbox.clock import Clock, truncate_ms, utcnow
 from reconcile.sandbox.errors import SandboxError, conflict, duplicate, invalid, missing, not_found
 from reconcile.sandbox.faults import FaultController, RateLimiter
 from reconcile.sandbox.listing import (
@@ -169,7 +169,8 @@ _ALPHANUMERIC: Final = string.ascii_letters + string.digits
 
 
 def _new_id(prefix: str, length: int = 20) -> str:
-    return prefix + uuid.uuid4().hex[:length]
+    """``prefix`` + ``length`` random lowercase hex digits."""
+    return prefix + os.urandom((length + 1) // 2).hex()[:length]
 
 
 class Sandbox:
@@ -209,7 +210,7 @@ class Sandbox:
         self.auto_dispute = auto_dispute
         #: Base URL used in ``next_action.redirect_to_url`` (the server sets it when it binds).
         self.public_url = public_url
-        self._clock: Clock = now or utc_now
+        self._clock: Clock = now or utcnow
         self._webhook_secret = webhook_secret or "".join(
             secrets.choice(_ALPHANUMERIC) for _ in range(64)
         )
@@ -276,7 +277,7 @@ class Sandbox:
     def set_clock(self, clock: Clock | None) -> None:
         """Replace the clock hook (``None``: the current UTC time)."""
         with self.lock:
-            self._clock = clock or utc_now
+            self._clock = clock or utcnow
 
     def start(self) -> None:
         """Start delivering webhooks."""
@@ -406,7 +407,7 @@ class Sandbox:
                 status="requires_confirmation" if card else "requires_payment_method",
                 amount=amount,
                 currency=currency,
-                client_secret=f"{payment_id}_secret_{uuid.uuid4().hex[:20]}",
+                client_secret=f"{payment_id}_secret_{os.urandom(10).hex()}",
                 created=now,
                 modified_at=now,
                 capture_method=capture_method or "automatic",
@@ -807,7 +808,7 @@ class Sandbox:
                     "phone": customer.phone,
                     "phone_country_code": customer.phone_country_code,
                 },
-                client_secret=f"{payout_id}_secret_{uuid.uuid4().hex[:20]}",
+                client_secret=f"{payout_id}_secret_{os.urandom(10).hex()}",
                 created=now,
                 modified_at=now,
                 merchant_order_reference_id=reference,
@@ -1101,7 +1102,7 @@ class Sandbox:
                     status="requires_payment_method",
                     amount=value,
                     currency=currency,
-                    client_secret=f"{payment_id}_secret_{uuid.uuid4().hex[:20]}",
+                    client_secret=f"{payment_id}_secret_{os.urandom(10).hex()}",
                     created=created,
                     modified_at=created,
                     customer_id=customer_id,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import logging
 import os
 import threading
@@ -30,8 +29,9 @@ from typing import Any, Final
 
 import requests
 
+from receiver.factories import encode
 from receiver.signature import SIGNATURE_HEADER, sign
-from reconcile.sandbox.clock import iso_ms
+from reconcile.sandbox.clock import format_timestamp
 from reconcile.sandbox.faults import FaultController
 
 logger = logging.getLogger(__name__)
@@ -104,14 +104,15 @@ def encode_body(
     *, merchant_id: str, event_id: str, event_type: str, kind: str, obj: Any, when: datetime
 ) -> bytes:
     """The exact bytes Hyperswitch would send for this event."""
-    document = {
-        "merchant_id": merchant_id,
-        "event_id": event_id,
-        "event_type": event_type,
-        "content": {"type": CONTENT_TYPES[kind], "object": obj},
-        "timestamp": iso_ms(when),
-    }
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return encode(
+        {
+            "merchant_id": merchant_id,
+            "event_id": event_id,
+            "event_type": event_type,
+            "content": {"type": CONTENT_TYPES[kind], "object": obj},
+            "timestamp": format_timestamp(when),
+        }
+    )
 
 
 @dataclass(slots=True, kw_only=True, eq=False)
@@ -137,7 +138,7 @@ class WebhookEvent:
             "event_type": self.event_type,
             "object_type": CONTENT_TYPES[self.kind],
             "object_id": self.object_id,
-            "created": iso_ms(self.created),
+            "created": format_timestamp(self.created),
             "state": self.state,
             "attempts": self.attempts,
             "responses": list(self.responses),

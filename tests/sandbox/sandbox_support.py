@@ -1,23 +1,16 @@
-"""Helpers and fixtures for the sandbox processor tests: real HTTP over loopback, real HMAC.
-
-A uniquely named module (not ``conftest``) so tests can import the helpers by name.
-"""
+"""Helpers for the sandbox processor tests: real HTTP over loopback, real HMAC."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 import requests
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
-from werkzeug.wrappers import Request, Response
+from flask import Flask, Response, request
 
 from receiver.signature import Secret, verify
-from reconcile.sandbox import SandboxServer
 
 API_KEY = "snd_test_key_0123456789"
 SECRET = "whsec_test_secret_abcdefghijklmnopqrstuvwxyz"
@@ -59,35 +52,23 @@ class Delivery:
         return True
 
 
-class _Quiet(WSGIRequestHandler):
-    def log(self, type: str, message: str, *args: Any) -> None:
-        pass
-
-
 class WebhookSink:
     """A tiny local webhook receiver: records raw bodies and headers, answers ``status``.
 
-    ``fail_first`` answers 500 to that many requests before answering 200.
+    ``fail_first`` answers 500 to that many requests before answering ``status``. Serve
+    :attr:`app` (for example with :func:`tests.support.serve`) and set :attr:`url`.
     """
 
     def __init__(self) -> None:
         self.deliveries: list[Delivery] = []
         self.fail_first = 0
         self.status = 200
+        self.url = ""
         self._cond = threading.Condition()
-        self._server: BaseWSGIServer = make_server(
-            "127.0.0.1", 0, self._app, threaded=True, request_handler=_Quiet
-        )
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self.app = Flask("sandbox_webhook_sink")
+        self.app.add_url_rule("/webhooks", view_func=self._receive, methods=["POST"])
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.port}/webhooks"
-
-    def _app(self, environ: Any, start_response: Any) -> Any:
-        request = Request(environ)
+    def _receive(self) -> Response:
         body = request.get_data()
         with self._cond:
             self.deliveries.append(Delivery(dict(request.headers), body, time.monotonic()))
@@ -97,21 +78,13 @@ class WebhookSink:
             else:
                 status = self.status
             self._cond.notify_all()
-        return Response("ok", status=status)(environ, start_response)
+        return Response("ok", status=status)
 
     def wait_for(self, count: int, timeout: float = 5.0) -> list[Delivery]:
         """Wait until at least ``count`` requests arrived; return all of them."""
         with self._cond:
             self._cond.wait_for(lambda: len(self.deliveries) >= count, timeout)
             return list(self.deliveries)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
 
 class Api:
@@ -155,57 +128,3 @@ class Api:
             **body,
         }
         return self.ok("POST", "/payments", payload)
-
-
-@pytest.fixture
-def sink() -> Iterator[WebhookSink]:
-    server = WebhookSink()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def session() -> Iterator[requests.Session]:
-    with requests.Session() as s:
-        yield s
-
-
-@pytest.fixture
-def start_sandbox() -> Iterator[Callable[..., SandboxServer]]:
-    """Start sandbox servers (``api_key`` and fast retries by default); stopped afterwards."""
-    servers: list[SandboxServer] = []
-
-    def start(**options: Any) -> SandboxServer:
-        options.setdefault("retry_schedule", FAST_RETRIES)
-        options.setdefault("webhook_secret", SECRET)
-        server = SandboxServer(options.pop("api_key", API_KEY), **options)
-        server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-@pytest.fixture
-def server(start_sandbox: Callable[..., SandboxServer]) -> SandboxServer:
-    """A sandbox without a webhook URL."""
-    return start_sandbox()
-
-
-@pytest.fixture
-def hooked(start_sandbox: Callable[..., SandboxServer], sink: WebhookSink) -> SandboxServer:
-    """A sandbox that delivers webhooks to ``sink``."""
-    return start_sandbox(webhook_url=sink.url)
-
-
-@pytest.fixture
-def api(server: SandboxServer, session: requests.Session) -> Api:
-    return Api(session, server.base_url)
-
-
-@pytest.fixture
-def hooked_api(hooked: SandboxServer, session: requests.Session) -> Api:
-    return Api(session, hooked.base_url)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import requests
-from sandbox_support import Api
 
 from reconcile.sandbox import FrozenClock, SandboxServer
+from tests.sandbox.sandbox_support import Api
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 

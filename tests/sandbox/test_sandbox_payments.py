@@ -10,10 +10,10 @@ from datetime import datetime
 import pytest
 import requests
 from requests import Session
-from sandbox_support import API_KEY, CARD_OK, Api, card
 
 from receiver.errors import ConfigurationError
 from reconcile.sandbox import Sandbox, SandboxServer
+from tests.sandbox.sandbox_support import API_KEY, CARD_OK, Api, card
 
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import requests
-from sandbox_support import SECRET, Api, Delivery, WebhookSink, card
 
 from receiver.signature import sign
 from receiver.status import event_type_for_status
@@ -24,6 +23,7 @@ from reconcile.sandbox import (
     parse_retry_schedule,
 )
 from reconcile.sandbox.webhooks import HYPERSWITCH_RETRY_SCHEDULE, encode_body, new_event_id
+from tests.sandbox.sandbox_support import SECRET, Api, Delivery, WebhookSink, card
 
 EVENT_ID = re.compile(r"evt_[0-9a-f]{32}")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
