@@ -18,9 +18,7 @@ class _Quiet(WSGIRequestHandler):
 @contextmanager
 def serve(app: Flask) -> Iterator[str]:
     """Serve ``app`` on an ephemeral loopback port in a thread; yield its base URL."""
-    server: BaseWSGIServer = make_server(
-        "127.0.0.1", 0, app, threaded=True, request_handler=_Quiet
-    )
+    server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_Quiet)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.daemon = True
     thread.start()

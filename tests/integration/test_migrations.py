@@ -36,7 +36,8 @@ def test_models_match_migrations(
                 conn, opts={"version_table": tree.version_table, "compare_type": True}
             )
             diff = [
-                d for d in compare_metadata(context, metadata)
+                d
+                for d in compare_metadata(context, metadata)
                 # The other tree's tables are not this tree's business.
                 if not (d[0] == "remove_table")
             ]

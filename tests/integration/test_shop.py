@@ -100,9 +100,7 @@ def test_duplicates_and_stale_events_change_nothing(
     for _ in range(3):
         webhook_client.send("refund_succeeded", **refund, **body)
     # A late, backwards event for the payment:
-    webhook_client.send(
-        "payment_processing", timestamp=T0 - timedelta(minutes=1), **paid
-    )
+    webhook_client.send("payment_processing", timestamp=T0 - timedelta(minutes=1), **paid)
     webhook_client.drain()
     order = _status(app, "o4")
     assert (order["status"], order["refunded_amount"]) == ("partially_refunded", 1000)

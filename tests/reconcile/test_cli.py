@@ -24,16 +24,28 @@ def _run(database_url: str, base_url: str | None, *args: str) -> subprocess.Comp
         env["HOOKLEDGER_PROCESSOR_URL"] = base_url
     return subprocess.run(
         [sys.executable, "-m", "reconcile", *args],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def _spawn(database_url: str, base_url: str, *args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, HOOKLEDGER_DATABASE_URL=database_url, HOOKLEDGER_API_KEY=API_KEY,
-               HOOKLEDGER_PROCESSOR_URL=base_url)
+    env = dict(
+        os.environ,
+        HOOKLEDGER_DATABASE_URL=database_url,
+        HOOKLEDGER_API_KEY=API_KEY,
+        HOOKLEDGER_PROCESSOR_URL=base_url,
+    )
     return subprocess.Popen(
-        [sys.executable, "-m", "reconcile", *args], env=env, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "reconcile", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -50,8 +62,15 @@ def test_run_report_and_exit_codes(database_url: str) -> None:
         assert report["kinds"]["payments"]["recovered"] == {"payment_succeeded": 30}
         table = _run(database_url, server.base_url, "report")
         assert "recovered 30 x payment_succeeded" in table.stdout
-        dry = _run(database_url, server.base_url, "--processor-url", server.base_url, "run",
-                   "--dry-run", "--json")
+        dry = _run(
+            database_url,
+            server.base_url,
+            "--processor-url",
+            server.base_url,
+            "run",
+            "--dry-run",
+            "--json",
+        )
         assert dry.returncode == 0 and json.loads(dry.stdout)["dry_run"] is True
         assert API_KEY not in result.stdout + result.stderr + table.stdout + dry.stderr
     no_key = _run(database_url, None, "run")
@@ -64,10 +83,10 @@ def test_two_reconcilers_started_together_one_runs(database_url: str) -> None:
         assert _run(database_url, server.base_url, "db", "upgrade").returncode == 0
         # Slow the first list page down so the runs overlap.
         server.sandbox.faults.once("timeout", count=2, path="/payments/list", seconds=2.0)
-        procs = [_spawn(database_url, server.base_url, "run", "--kind", "payments")
-                 for _ in range(2)]
-        outcomes = sorted((p.wait(timeout=120), p.stderr.read() if p.stderr else "")
-                          for p in procs)
+        procs = [
+            _spawn(database_url, server.base_url, "run", "--kind", "payments") for _ in range(2)
+        ]
+        outcomes = sorted((p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs)
         for p in procs:
             for stream in (p.stdout, p.stderr):
                 if stream:

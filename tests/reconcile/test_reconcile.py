@@ -10,15 +10,14 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from receiver import Event, WebhookReceiver
+from receiver import Event, WebhookReceiver, db
 from receiver.factories import encode
 from receiver.testing import WebhookTestClient
 from reconcile.client import ProcessorClient
 from reconcile.errors import ReconcileLocked
-from reconcile.runner import Reconciler, ReconcileOptions
+from reconcile.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import SandboxServer
 from reconcile.store import RECONCILE_MIGRATIONS, ReconcileStore
-from receiver import db
 from tests.conftest import AppFactory
 
 pytestmark = pytest.mark.storage
@@ -38,12 +37,23 @@ def _pay(server: SandboxServer, payment_id: str, card: str = CARD_OK) -> dict[st
             "payment_method": "card",
             "payment_method_type": "credit",
             "payment_method_data": {
-                "card": {"card_number": card, "card_exp_month": "12", "card_exp_year": "2030",
-                         "card_cvc": "123"}
+                "card": {
+                    "card_number": card,
+                    "card_exp_month": "12",
+                    "card_exp_year": "2030",
+                    "card_cvc": "123",
+                }
             },
             "billing": {
-                "address": {"line1": "1 St", "city": "SF", "state": "CA", "zip": "94105",
-                            "country": "US", "first_name": "A", "last_name": "B"},
+                "address": {
+                    "line1": "1 St",
+                    "city": "SF",
+                    "state": "CA",
+                    "zip": "94105",
+                    "country": "US",
+                    "first_name": "A",
+                    "last_name": "B",
+                },
                 "phone": {"number": "5555550100", "country_code": "+1"},
             },
             "metadata": {"order_id": payment_id},
@@ -86,9 +96,7 @@ def test_dropped_webhooks_are_recovered_and_handled_once(make_app: AppFactory) -
         reconciler = _reconciler(app, server)
         report = reconciler.run()
         assert report.status == "ok"
-        assert report.kinds["payments"].recovered == Counter(
-            payment_succeeded=2, payment_failed=1
-        )
+        assert report.kinds["payments"].recovered == Counter(payment_succeeded=2, payment_failed=1)
         assert report.kinds["refunds"].recovered == Counter(refund_succeeded=1)
         WebhookTestClient(app).drain()
         assert recorder.calls == Counter(
@@ -229,8 +237,11 @@ def test_local_only_objects_are_unresolved(make_app: AppFactory) -> None:
     app, _ = _app(make_app)
     with SandboxServer(API_KEY, webhook_url=None, webhook_secret="unused") as server:
         client = WebhookTestClient(app)
-        client.send("payment_succeeded", object_id="pay_ghost",
-                    created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z"))
+        client.send(
+            "payment_succeeded",
+            object_id="pay_ghost",
+            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        )
         client.drain()
         reconciler = _reconciler(app, server)
         report = reconciler.run(ReconcileOptions(kinds=["payments"]))

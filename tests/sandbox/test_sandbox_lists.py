@@ -9,14 +9,11 @@ from typing import Any
 import pytest
 import requests
 
+from receiver.factories import format_timestamp as iso
 from reconcile.sandbox import FrozenClock, SandboxServer
 from tests.sandbox.sandbox_support import Api
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
-
-
-def iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
 @pytest.fixture
