@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from receiver.errors import (
     ConfigurationError,
     HookledgerError,
@@ -13,8 +15,20 @@ from receiver.errors import (
     UnknownEventType,
 )
 from receiver.events import Event, parse_event
-from receiver.extension import WebhookReceiver
 from receiver.signature import Secret, sign, verify
+
+if TYPE_CHECKING:
+    from receiver.extension import WebhookReceiver
+
+
+def __getattr__(name: str) -> Any:
+    # The Flask extension pulls in Flask, SQLAlchemy and Alembic: import it only when asked,
+    # so the pure core (events, signatures) stays light for scripts and the reconciler.
+    if name == "WebhookReceiver":
+        from receiver.extension import WebhookReceiver
+
+        return WebhookReceiver
+    raise AttributeError(f"module 'receiver' has no attribute {name!r}")
 
 __all__ = [
     "ConfigurationError",
