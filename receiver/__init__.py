@@ -30,6 +30,7 @@ def __getattr__(name: str) -> Any:
         return WebhookReceiver
     raise AttributeError(f"module 'receiver' has no attribute {name!r}")
 
+
 __all__ = [
     "ConfigurationError",
     "Event",

@@ -102,6 +102,15 @@ class Claimed:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    """What :meth:`Store.dispatch` did: the status written (or ``lease_lost``)."""
+
+    status: str
+    ran: tuple[str, ...]
+    failures: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:
     """Per-event retry schedule: exponential backoff with jitter, then dead-letter."""
 
@@ -264,11 +273,20 @@ class Store:
 
     # -- claim and lease ------------------------------------------------------------------
 
-    def claim(self, owner: str, lease_seconds: float, *, batch: int = 16) -> Claimed | None:
-        """Lease the next due event whose object no other worker holds, or return ``None``.
+    def claim(self, owner: str, lease_seconds: float) -> Claimed | None:
+        """Lease the next due event (see :meth:`claim_batch`), or return ``None``."""
+        claimed = self.claim_batch(owner, lease_seconds, limit=1)
+        return claimed[0] if claimed else None
 
-        Within one object the event leased is always the earliest open one (event time, then
-        arrival), so events of an object run one at a time and in event-time order.
+    def claim_batch(
+        self, owner: str, lease_seconds: float, *, limit: int = 8, scan: int = 64
+    ) -> list[Claimed]:
+        """Lease up to ``limit`` due events of distinct objects that no other worker holds.
+
+        Within an object only its head is leased: the earliest open event (event time, then
+        arrival), so events of an object run one at a time and in event-time order. On
+        PostgreSQL candidates are locked ``FOR UPDATE SKIP LOCKED`` and only a locked
+        candidate that is its object's head is updated, so claimers never wait on each other.
         """
         now = self.now()
         expires = now + timedelta(seconds=lease_seconds)
@@ -277,10 +295,15 @@ class Store:
             E.c.next_attempt_at <= now,
             or_(E.c.lease_expires_at.is_(None), E.c.lease_expires_at < now),
         )
-        query = select(E.c.id, E.c.object_key).where(due).order_by(E.c.next_attempt_at, E.c.id)
-        query = query.limit(batch)
+        query = (
+            select(E.c.id, E.c.object_key)
+            .where(due)
+            .order_by(E.c.next_attempt_at, E.c.id)
+            .limit(scan)
+        )
         if self._pg:
             query = query.with_for_update(skip_locked=True)
+        claimed: list[Claimed] = []
         with self.engine.begin() as conn:
             seen: set[str] = set()
             for candidate in conn.execute(query).all():
@@ -297,11 +320,14 @@ class Store:
                     continue
                 if not self._take_object_lease(conn, key, owner, now, expires):
                     continue
-                claimed = self._claim_head(conn, key, owner, now, expires)
-                if claimed is not None:
-                    return claimed
-                conn.execute(delete(L).where(L.c.object_key == key, L.c.owner == owner))
-        return None
+                one = self._claim_head(conn, int(candidate.id), key, owner, now, expires)
+                if one is None:
+                    conn.execute(delete(L).where(L.c.object_key == key, L.c.owner == owner))
+                    continue
+                claimed.append(one)
+                if len(claimed) >= limit:
+                    break
+        return claimed
 
     def _take_object_lease(
         self, conn: Connection, key: str, owner: str, now: datetime, expires: datetime
@@ -315,78 +341,94 @@ class Store:
         return conn.execute(stmt).first() is not None
 
     def _claim_head(
-        self, conn: Connection, key: str, owner: str, now: datetime, expires: datetime
+        self,
+        conn: Connection,
+        candidate: int,
+        key: str,
+        owner: str,
+        now: datetime,
+        expires: datetime,
     ) -> Claimed | None:
-        while True:
-            head = conn.execute(
-                select(E)
-                .where(E.c.object_key == key, E.c.status.in_(EventStatus.OPEN))
-                .order_by(E.c.event_time, E.c.id)
-                .limit(1)
+        head = conn.execute(
+            select(E)
+            .where(E.c.object_key == key, E.c.status.in_(EventStatus.OPEN))
+            .order_by(E.c.event_time, E.c.id)
+            .limit(1)
+        ).first()
+        if head is None or head.next_attempt_at > now:
+            return None  # an earlier event of this object is waiting for its retry
+        if int(head.id) != candidate and self._pg:
+            # The head is another row (an earlier event that arrived later): lock it without
+            # waiting, so claimers never block on each other's rows.
+            locked = conn.execute(
+                select(E.c.id).where(E.c.id == head.id).with_for_update(skip_locked=True)
             ).first()
-            if head is None or head.next_attempt_at > now:
-                return None  # an earlier event of this object is waiting for its retry
-            if head.status == EventStatus.PROCESSING and head.attempts >= self.retry.max_attempts:
-                # Its worker died holding it max_attempts times: a poison event.
-                conn.execute(
-                    update(E)
-                    .where(E.c.id == head.id)
-                    .values(
-                        status=EventStatus.DEAD,
-                        lease_owner=None,
-                        lease_expires_at=None,
-                        last_error=(head.last_error or "")
-                        + f"\nlease expired after {head.attempts} attempts (worker lost)",
-                    )
-                )
-                log.error(
-                    "event dead-lettered: its worker was lost on every attempt",
-                    extra={"action": "dead_letter", "event_id": head.event_id},
-                )
-                continue
+            if locked is None:
+                return None
+        if head.status == EventStatus.PROCESSING and head.attempts >= self.retry.max_attempts:
+            # Its worker died holding it max_attempts times: a poison event.
             conn.execute(
                 update(E)
                 .where(E.c.id == head.id)
                 .values(
-                    status=EventStatus.PROCESSING,
-                    lease_owner=owner,
-                    lease_expires_at=expires,
-                    attempts=E.c.attempts + 1,
+                    status=EventStatus.DEAD,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    last_error=(head.last_error or "")
+                    + f"\nlease expired after {head.attempts} attempts (worker lost)",
                 )
             )
-            return Claimed(
-                pk=int(head.id),
-                event_id=head.event_id,
-                object_key=key,
-                object_kind=head.object_kind,
-                object_id=head.object_id,
-                object_status=head.object_status,
-                event_type=head.event_type,
-                event_time=head.event_time,
-                object_created_at=head.object_created_at,
-                body=head.body,
-                source=head.source,
-                replay_of=head.replay_of,
-                attempts=int(head.attempts) + 1,
-                owner=owner,
-                lease_expires_at=expires,
+            log.error(
+                "event dead-lettered: its worker was lost on every attempt",
+                extra={"action": "dead_letter", "event_id": head.event_id},
             )
+            return None
+        conn.execute(
+            update(E)
+            .where(E.c.id == head.id)
+            .values(
+                status=EventStatus.PROCESSING,
+                lease_owner=owner,
+                lease_expires_at=expires,
+                attempts=E.c.attempts + 1,
+            )
+        )
+        return Claimed(
+            pk=int(head.id),
+            event_id=head.event_id,
+            object_key=key,
+            object_kind=head.object_kind,
+            object_id=head.object_id,
+            object_status=head.object_status,
+            event_type=head.event_type,
+            event_time=head.event_time,
+            object_created_at=head.object_created_at,
+            body=head.body,
+            source=head.source,
+            replay_of=head.replay_of,
+            attempts=int(head.attempts) + 1,
+            owner=owner,
+            lease_expires_at=expires,
+        )
 
-    def renew(self, claimed: Claimed, lease_seconds: float) -> bool:
-        """Extend the leases of ``claimed``; ``False`` when another worker has taken over."""
+    def renew(self, claimed: Sequence[Claimed], lease_seconds: float) -> int:
+        """Extend the leases of ``claimed``; returns how many object leases are still held."""
+        if not claimed:
+            return 0
+        owner = claimed[0].owner
         expires = self.now() + timedelta(seconds=lease_seconds)
         with self.engine.begin() as conn:
             rows = conn.execute(
                 update(L)
-                .where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
+                .where(L.c.object_key.in_([c.object_key for c in claimed]), L.c.owner == owner)
                 .values(expires_at=expires)
             ).rowcount
             conn.execute(
                 update(E)
-                .where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner)
+                .where(E.c.id.in_([c.pk for c in claimed]), E.c.lease_owner == owner)
                 .values(lease_expires_at=expires)
             )
-        return bool(rows)
+        return int(rows)
 
     def release(self, claimed: Claimed) -> None:
         """Give an event back untouched (graceful shutdown before it started)."""
@@ -405,102 +447,114 @@ class Store:
                 delete(L).where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
             )
 
-    # -- guard ----------------------------------------------------------------------------
+    # -- dispatch: guard, handlers, ledger and outcome in one transaction ------------------
 
-    def decide(self, claimed: Claimed) -> tuple[Decision, str | None]:
-        """Apply the staleness guard and the transition-once rule to a claimed event.
+    def dispatch(
+        self,
+        claimed: Claimed,
+        handlers: Sequence[tuple[str, Callable[[Session], None]]],
+    ) -> Outcome:
+        """Process a claimed event in ONE transaction.
 
-        Returns ``("dispatch", None)`` when handlers should run (recording the transition and
-        moving the projection), or ``("stale" | "duplicate", reason)``.
+        The staleness guard and the transition-once rule decide first; then each handler that
+        has not yet succeeded runs inside a savepoint, and its ledger row is written in the
+        same transaction; finally the event's status. A handler that writes through the
+        session commits exactly once with its ledger row. If the lease was lost meanwhile
+        (another worker took over after expiry), everything is rolled back.
         """
+        failures: list[str] = []
+        ran: list[str] = []
+        with Session(self.engine) as session:
+            with session.begin():
+                conn = session.connection()
+                decision, reason = self._decide(conn, claimed)
+                if decision == "dispatch":
+                    done = self._succeeded(conn, claimed.pk)
+                    for name, call in handlers:
+                        if name in done:
+                            continue
+                        savepoint = session.begin_nested()
+                        try:
+                            call(session)
+                            session.flush()
+                        except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+                            savepoint.rollback()
+                            trace = _describe(exc)
+                            conn.execute(self._ledger_upsert(claimed.pk, name, "failed", trace))
+                            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+                        else:
+                            savepoint.commit()
+                            conn.execute(self._ledger_upsert(claimed.pk, name, "succeeded", None))
+                            ran.append(name)
+                    status = "failed" if failures else EventStatus.DONE
+                    error: str | None = "\n".join(failures) or None
+                else:
+                    status, error = decision, reason
+                written = self._finish(conn, claimed, status, error)
+                if written is None:
+                    session.rollback()
+                    return Outcome(status="lease_lost", ran=(), failures=tuple(failures))
+        return Outcome(status=written, ran=tuple(ran), failures=tuple(failures))
+
+    def _decide(self, conn: Connection, claimed: Claimed) -> tuple[Decision, str | None]:
         kind, object_id, event_type = claimed.object_kind, claimed.object_id, claimed.event_type
         if claimed.replay_of is not None or kind is None or object_id is None:
             return "dispatch", None
         incoming = statuses.normalize_status(kind, claimed.object_status)
         incoming_rank = statuses.rank(kind, incoming)
         now = self.now()
-        with self.engine.begin() as conn:
-            if event_type:
-                owner_pk = conn.execute(
-                    select(T.c.event_pk).where(
-                        T.c.object_kind == kind,
-                        T.c.object_id == object_id,
-                        T.c.event_type == event_type,
-                    )
-                ).scalar()
-                if owner_pk is not None:
-                    if int(owner_pk) == claimed.pk:
-                        return "dispatch", None  # a retry of the event that owns it
-                    return "duplicate", f"transition {event_type} already dispatched by #{owner_pk}"
-            current = conn.execute(
-                select(P).where(P.c.object_kind == kind, P.c.object_id == object_id)
-            ).first()
-            if current is not None and incoming_rank is not None and incoming is not None:
-                reason = _stale_reason(current, incoming, incoming_rank, claimed.event_time)
-                if reason is not None:
-                    return "stale", reason
-            if event_type:
-                conn.execute(
-                    self._insert(T)
-                    .values(
-                        object_kind=kind,
-                        object_id=object_id,
-                        event_type=event_type,
-                        event_pk=claimed.pk,
-                        created_at=now,
-                    )
-                    .on_conflict_do_nothing()
+        if event_type:
+            owner_pk = conn.execute(
+                select(T.c.event_pk).where(
+                    T.c.object_kind == kind,
+                    T.c.object_id == object_id,
+                    T.c.event_type == event_type,
                 )
-            if incoming_rank is not None and incoming is not None:
-                values = dict(
-                    status=incoming,
-                    rank=incoming_rank,
-                    event_time=claimed.event_time,
-                    object_created_at=claimed.object_created_at,
+            ).scalar()
+            if owner_pk is not None:
+                if int(owner_pk) == claimed.pk:
+                    return "dispatch", None  # a retry of the event that owns it
+                return "duplicate", f"transition {event_type} already dispatched by #{owner_pk}"
+        current = conn.execute(
+            select(P).where(P.c.object_kind == kind, P.c.object_id == object_id)
+        ).first()
+        if current is not None and incoming_rank is not None and incoming is not None:
+            reason = _stale_reason(current, incoming, incoming_rank, claimed.event_time)
+            if reason is not None:
+                return "stale", reason
+        if event_type:
+            conn.execute(
+                self._insert(T)
+                .values(
+                    object_kind=kind,
+                    object_id=object_id,
+                    event_type=event_type,
                     event_pk=claimed.pk,
-                    updated_at=now,
+                    created_at=now,
                 )
-                conn.execute(
-                    self._insert(P)
-                    .values(object_kind=kind, object_id=object_id, **values)
-                    .on_conflict_do_update(index_elements=["object_kind", "object_id"], set_=values)
-                )
+                .on_conflict_do_nothing()
+            )
+        if incoming_rank is not None and incoming is not None:
+            values = dict(
+                status=incoming,
+                rank=incoming_rank,
+                event_time=claimed.event_time,
+                object_created_at=claimed.object_created_at,
+                event_pk=claimed.pk,
+                updated_at=now,
+            )
+            conn.execute(
+                self._insert(P)
+                .values(object_kind=kind, object_id=object_id, **values)
+                .on_conflict_do_update(index_elements=["object_kind", "object_id"], set_=values)
+            )
         return "dispatch", None
 
-    # -- handler ledger -------------------------------------------------------------------
-
-    def succeeded_handlers(self, event_pk: int) -> set[str]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(H.c.handler).where(H.c.event_pk == event_pk, H.c.status == "succeeded")
-            )
-            return {r.handler for r in rows}
-
-    def run_handler(
-        self,
-        claimed: Claimed,
-        handler_name: str,
-        call: Callable[[Session], None],
-    ) -> BaseException | None:
-        """Run one handler in a transaction that also records its success in the ledger.
-
-        A handler that writes through the session it is given commits atomically with its
-        ledger row: it has run exactly once even if the worker dies right after. On failure
-        the transaction is rolled back and the failure is recorded in a new one.
-        """
-        try:
-            with Session(self.engine) as session, session.begin():
-                call(session)
-                session.execute(self._ledger_upsert(claimed.pk, handler_name, "succeeded", None))
-            return None
-        except Exception as exc:  # noqa: BLE001 - a handler may raise anything
-            error = _describe(exc)
-            try:
-                with self.engine.begin() as conn:
-                    conn.execute(self._ledger_upsert(claimed.pk, handler_name, "failed", error))
-            except (OperationalError, DBAPIError):
-                log.exception("could not record a handler failure", extra={"action": "ledger"})
-            return exc
+    def _succeeded(self, conn: Connection, event_pk: int) -> set[str]:
+        rows = conn.execute(
+            select(H.c.handler).where(H.c.event_pk == event_pk, H.c.status == "succeeded")
+        )
+        return {r.handler for r in rows}
 
     def _ledger_upsert(self, event_pk: int, handler: str, status: str, error: str | None) -> Any:
         now = self.now()
@@ -522,19 +576,10 @@ class Store:
             },
         )
 
-    # -- finish ---------------------------------------------------------------------------
-
-    def finish(
-        self,
-        claimed: Claimed,
-        *,
-        status: str,
-        error: str | None = None,
-    ) -> str:
-        """Close a claimed event: done, stale, duplicate, or failed (retry later or dead).
-
-        Returns the status written. A no-op when the lease was lost to another worker.
-        """
+    def _finish(
+        self, conn: Connection, claimed: Claimed, status: str, error: str | None
+    ) -> str | None:
+        """Write the event's outcome; ``None`` when the lease was lost (nothing written)."""
         now = self.now()
         values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
         if status == "failed":
@@ -553,21 +598,24 @@ class Store:
             values["processed_at"] = now
         values["status"] = status
         values["last_error"] = error
-        with self.engine.begin() as conn:
-            rows = conn.execute(
-                update(E)
-                .where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner)
-                .values(**values)
-            ).rowcount
-            conn.execute(
-                delete(L).where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
-            )
+        rows = conn.execute(
+            update(E).where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner).values(**values)
+        ).rowcount
+        conn.execute(
+            delete(L).where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
+        )
         if not rows:
             log.warning(
-                "lease lost before the event was finished",
+                "lease lost before the event was finished; its work is rolled back",
                 extra={"action": "lease_lost", "event_id": claimed.event_id},
             )
+            return None
         return status
+
+    def finish(self, claimed: Claimed, *, status: str, error: str | None = None) -> str | None:
+        """Close a claimed event outside :meth:`dispatch` (an unparseable body, for example)."""
+        with self.engine.begin() as conn:
+            return self._finish(conn, claimed, status, error)
 
     # -- operator -------------------------------------------------------------------------
 
@@ -752,6 +800,7 @@ def _describe(exc: BaseException, limit: int = 4000) -> str:
 
 __all__ = [
     "Claimed",
+    "Outcome",
     "EventFilter",
     "Inserted",
     "RetryPolicy",

@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from functools import partial
 
+from sqlalchemy.exc import DBAPIError
+
 from receiver.errors import MalformedEvent
 from receiver.events import parse_event
 from receiver.models import EventStatus
@@ -32,6 +34,8 @@ def worker_name() -> str:
 class WorkerConfig:
     lease_seconds: float = 60.0
     poll_interval: float = 0.5
+    #: Events (of distinct objects) leased per claim transaction.
+    batch_size: int = 8
 
 
 class Worker:
@@ -60,10 +64,28 @@ class Worker:
         self.stopping.set()
 
     def run(self, *, burst: bool = False) -> int:
-        """Process events until :meth:`stop` (or, with ``burst``, until none is due)."""
+        """Process events until :meth:`stop` (or, with ``burst``, until none is due).
+
+        Storage failures (database down, network cut) do not end the worker: it logs them,
+        backs off and carries on; its leases expire and nothing is lost meanwhile.
+        """
         log.info("worker started", extra={"action": "worker_start", "worker": self.name})
+        pause = self.config.poll_interval
         while not self.stopping.is_set():
-            if self.run_once():
+            try:
+                worked = self.run_once()
+            except DBAPIError as exc:
+                log.error(
+                    "storage unavailable, retrying in %.1f s: %s",
+                    pause,
+                    type(exc.orig or exc).__name__,
+                    extra={"action": "worker_storage_error", "worker": self.name},
+                )
+                self.stopping.wait(pause)
+                pause = min(pause * 2, 10.0)
+                continue
+            pause = self.config.poll_interval
+            if worked:
                 continue
             if burst:
                 break
@@ -77,26 +99,35 @@ class Worker:
     def drain(self, *, max_events: int = 100_000) -> int:
         """Process every due event inline, then return how many were processed."""
         count = 0
-        while count < max_events and self.run_once():
-            count += 1
+        while count < max_events:
+            done = self.run_once()
+            if not done:
+                break
+            count += done
         return count
 
-    def run_once(self) -> bool:
-        """Claim and process one event; ``False`` when nothing was due."""
-        claimed = self.store.claim(self.name, self.config.lease_seconds)
-        if claimed is None:
-            return False
-        if self.stopping.is_set():
-            self.store.release(claimed)
-            return False
-        heartbeat = _Heartbeat(self.store, claimed, self.config.lease_seconds)
+    def run_once(self) -> int:
+        """Claim a batch of due events and process them; return how many were processed."""
+        batch = self.store.claim_batch(
+            self.name, self.config.lease_seconds, limit=self.config.batch_size
+        )
+        if not batch:
+            return 0
+        heartbeat = _Heartbeat(self.store, batch, self.config.lease_seconds)
         heartbeat.start()
+        done = 0
         try:
-            self.process(claimed)
+            for claimed in batch:
+                if self.stopping.is_set():
+                    self.store.release(claimed)
+                    continue
+                self.process(claimed)
+                heartbeat.forget(claimed)
+                done += 1
         finally:
             heartbeat.stop()
-        self.processed += 1
-        return True
+        self.processed += done
+        return done
 
     def process(self, claimed: Claimed) -> str:
         """Guard ``claimed`` and run its pending handlers; return the status written."""
@@ -104,43 +135,40 @@ class Worker:
         try:
             event = parse_event(claimed.body)
         except MalformedEvent as exc:
-            return self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc))
-        decision, reason = self.store.decide(claimed)
-        if decision != "dispatch":
-            log.info("event not dispatched: %s", reason, extra={"action": decision, **extra})
-            return self.store.finish(claimed, status=decision, error=reason)
-        done = self.store.succeeded_handlers(claimed.pk)
-        failures: list[str] = []
-        for spec in self.registry.handlers_for(event.event_type):
-            if spec.name in done:
-                continue
-            error = self.store.run_handler(claimed, spec.name, partial(spec.call, event))
-            if error is None:
-                log.debug("handler succeeded", extra={"action": "handled", "handler": spec.name})
-            else:
-                failures.append(f"{spec.name}: {type(error).__name__}: {error}")
-                log.warning(
-                    "handler failed: %s",
-                    type(error).__name__,
-                    extra={"action": "handler_failed", "handler": spec.name, **extra},
-                )
-        if failures:
-            return self.store.finish(claimed, status="failed", error="\n".join(failures))
-        return self.store.finish(claimed, status=EventStatus.DONE)
+            return self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc)) or ""
+        handlers = [
+            (spec.name, partial(spec.call, event))
+            for spec in self.registry.handlers_for(event.event_type)
+        ]
+        outcome = self.store.dispatch(claimed, handlers)
+        if outcome.status in (EventStatus.STALE, EventStatus.DUPLICATE):
+            log.info("event not dispatched", extra={"action": outcome.status, **extra})
+        for failure in outcome.failures:
+            log.warning(
+                "handler failed: %s",
+                failure.split("\n", 1)[0][:200],
+                extra={"action": "handler_failed", **extra},
+            )
+        return outcome.status
 
 
 class _Heartbeat:
-    """Renews the current event's leases every third of the lease while handlers run."""
+    """Renews the leases of a claimed batch every third of the lease while it is processed."""
 
-    def __init__(self, store: Store, claimed: Claimed, lease_seconds: float) -> None:
+    def __init__(self, store: Store, batch: list[Claimed], lease_seconds: float) -> None:
         self._store = store
-        self._claimed = claimed
+        self._held = {c.pk: c for c in batch}
         self._lease = lease_seconds
+        self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hookledger-heartbeat", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def forget(self, claimed: Claimed) -> None:
+        with self._lock:
+            self._held.pop(claimed.pk, None)
 
     def stop(self) -> None:
         self._done.set()
@@ -148,12 +176,18 @@ class _Heartbeat:
 
     def _run(self) -> None:
         while not self._done.wait(self._lease / 3):
+            with self._lock:
+                held = list(self._held.values())
+            if not held:
+                return
             try:
-                if not self._store.renew(self._claimed, self._lease):
-                    log.warning(
-                        "lease lost while handlers ran",
-                        extra={"action": "lease_lost", "event_id": self._claimed.event_id},
-                    )
-                    return
+                kept = self._store.renew(held, self._lease)
             except Exception:  # noqa: BLE001 - keep trying; the lease may still hold
                 log.exception("could not renew the lease", extra={"action": "lease_renew"})
+                continue
+            if kept < len(held):
+                log.warning(
+                    "%d lease(s) lost while handlers ran",
+                    len(held) - kept,
+                    extra={"action": "lease_lost"},
+                )
