@@ -30,8 +30,13 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """Create an engine for ``url`` with hookledger's settings for that database."""
+def make_engine(url: str, *, sqlite_busy_timeout: float = 5.0, **kwargs: Any) -> Engine:
+    """Create an engine for ``url`` with hookledger's settings for that database.
+
+    ``sqlite_busy_timeout``: how long a SQLite writer waits for the lock before the request
+    fails (the receiver then answers 503 and the processor retries); keep it below the
+    processor's delivery timeout.
+    """
     try:
         parsed = make_url(url)
     except Exception as exc:  # noqa: BLE001 - any parse failure is a configuration error
@@ -39,11 +44,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         memory = parsed.database in (None, "", ":memory:")
-        connect_args = {"timeout": 30.0, "check_same_thread": False}
+        connect_args = {"timeout": sqlite_busy_timeout, "check_same_thread": False}
         if memory:
             kwargs.setdefault("poolclass", StaticPool)
         engine = create_engine(url, connect_args=connect_args, **kwargs)
-        _configure_sqlite(engine, memory=memory)
+        _configure_sqlite(engine, memory=memory, busy_ms=int(sqlite_busy_timeout * 1000))
         return engine
     if backend == "postgresql":
         kwargs.setdefault("pool_pre_ping", True)
@@ -53,7 +58,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     raise ConfigurationError(f"unsupported database backend {backend!r} (use sqlite or postgresql)")
 
 
-def _configure_sqlite(engine: Engine, *, memory: bool) -> None:
+def _configure_sqlite(engine: Engine, *, memory: bool, busy_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event below emit BEGIN itself.
@@ -62,7 +67,7 @@ def _configure_sqlite(engine: Engine, *, memory: bool) -> None:
         if not memory:
             cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms:d}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

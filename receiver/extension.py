@@ -80,7 +80,9 @@ class WebhookReceiver:
         settings = Settings.resolve(app.config, self._overrides, default_database_url=default_db)
         if settings.database_url == default_db:
             os.makedirs(app.instance_path, exist_ok=True)
-        engine = db.make_engine(settings.database_url)
+        engine = db.make_engine(
+            settings.database_url, sqlite_busy_timeout=settings.sqlite_busy_timeout
+        )
         store = Store(
             engine,
             retry=RetryPolicy(

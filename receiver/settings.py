@@ -27,6 +27,7 @@ DOCUMENTED: Mapping[str, str] = {
     "MAX_ATTEMPTS": "attempts before an event is dead-lettered (default 8)",
     "BACKOFF_BASE": "first retry delay in seconds, doubled each attempt (default 2)",
     "BACKOFF_MAX": "largest retry delay in seconds (default 3600)",
+    "SQLITE_BUSY_TIMEOUT": "seconds a SQLite writer waits for the lock before a 503 (default 5)",
     "AUTO_MIGRATE": "apply hookledger's migrations in init_app (default off; for development)",
 }
 
@@ -48,6 +49,7 @@ class Settings:
     max_attempts: int = 8
     backoff_base: float = 2.0
     backoff_max: float = 3600.0
+    sqlite_busy_timeout: float = 5.0
     auto_migrate: bool = False
 
     @classmethod
@@ -87,6 +89,7 @@ class Settings:
                 max_attempts=int(get("MAX_ATTEMPTS", 8)),
                 backoff_base=float(get("BACKOFF_BASE", 2.0)),
                 backoff_max=float(get("BACKOFF_MAX", 3600.0)),
+                sqlite_busy_timeout=float(get("SQLITE_BUSY_TIMEOUT", 5.0)),
                 auto_migrate=_bool(get("AUTO_MIGRATE", False)),
             )
         except (TypeError, ValueError) as exc:

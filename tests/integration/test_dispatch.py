@@ -333,3 +333,31 @@ def test_retry_policy_delay_bounds() -> None:
     for attempt, ceiling in [(1, 2), (2, 4), (3, 8), (10, 60)]:
         for _ in range(50):
             assert ceiling / 2 <= policy.delay(attempt) <= ceiling
+
+
+def test_work_of_a_worker_that_lost_its_lease_is_rolled_back(engine: sa.Engine) -> None:
+    clock = _Clock()
+    store = Store(engine, clock=clock, retry=RetryPolicy(max_attempts=5))
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE lost_effect (who VARCHAR(16))"))
+    _insert(store, "payment_succeeded", at=T0, object_id="pay_lost")
+    slow = store.claim("slow", lease_seconds=10)
+    assert slow is not None
+    clock.now += timedelta(seconds=11)  # the slow worker stalled past its lease
+    fast = store.claim("fast", lease_seconds=10)
+    assert fast is not None and fast.pk == slow.pk
+
+    def effect(who: str) -> Any:
+        def write(session: Session) -> None:
+            session.execute(sa.text("INSERT INTO lost_effect (who) VALUES (:w)"), {"w": who})
+
+        return write
+
+    late = store.dispatch(slow, [("h", effect("slow"))])
+    assert late.status == "lease_lost"
+    assert store.dispatch(fast, [("h", effect("fast"))]).status == "done"
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT who FROM lost_effect")).scalars().all()
+    assert rows == ["fast"]
+    runs = store.handler_runs(fast.pk)
+    assert runs["h"].attempts == 1 and runs["h"].status == "succeeded"
