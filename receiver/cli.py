@@ -10,7 +10,6 @@ import json
 import logging
 import signal
 import sys
-from datetime import datetime
 from typing import Any
 
 import click
@@ -109,8 +108,12 @@ def _filter_options(func: Any) -> Any:
         click.option("--id", "pks", type=int, multiple=True, help="Inbox row id (repeatable)."),
         click.option("--event-id", "event_ids", multiple=True, help="Event id (repeatable)."),
         click.option("--type", "event_types", multiple=True, help="Event type (repeatable)."),
-        click.option("--since", type=click.DateTime(), default=None, help="Received at or after."),
-        click.option("--until", type=click.DateTime(), default=None, help="Received at or before."),
+        click.option(
+            "--since", type=click.DateTime(), default=None, help="Received at or after (UTC)."
+        ),
+        click.option(
+            "--until", type=click.DateTime(), default=None, help="Received at or before (UTC)."
+        ),
         click.option("--limit", type=int, default=None),
         click.option("--dry-run", is_flag=True, help="Show what would be done."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
@@ -144,6 +147,19 @@ def _print(rows: list[dict[str, Any]], as_json: bool, verb: str, dry_run: bool) 
     click.echo(f"{len(rows)} event(s) {prefix}{verb}")
 
 
+def _event_filter(options: dict[str, Any]) -> EventFilter:
+    """The operator filter from the options of :func:`_filter_options` (plus ``statuses``)."""
+    return EventFilter(
+        pks=options["pks"],
+        event_ids=options["event_ids"],
+        event_types=options["event_types"],
+        statuses=options["statuses"],
+        since=options["since"],
+        until=options["until"],
+        limit=options["limit"],
+    )
+
+
 @hookledger_group.command("requeue")
 @_filter_options
 @click.option(
@@ -154,28 +170,9 @@ def _print(rows: list[dict[str, Any]], as_json: bool, verb: str, dry_run: bool) 
     help="Which events (default dead). pending: retry now instead of waiting for backoff.",
 )
 @with_appcontext
-def requeue_cmd(
-    pks: tuple[int, ...],
-    event_ids: tuple[str, ...],
-    event_types: tuple[str, ...],
-    since: datetime | None,
-    until: datetime | None,
-    limit: int | None,
-    dry_run: bool,
-    as_json: bool,
-    statuses: tuple[str, ...],
-) -> None:
+def requeue_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     """Requeue dead (or waiting) events; handlers that succeeded are not run again."""
-    flt = EventFilter(
-        pks=pks,
-        event_ids=event_ids,
-        event_types=event_types,
-        statuses=statuses,
-        since=since,
-        until=until,
-        limit=limit,
-    )
-    chosen = _state().store.requeue(flt, dry_run=dry_run)
+    chosen = _state().store.requeue(_event_filter(options), dry_run=dry_run)
     _print([_row(e) for e in chosen], as_json, "requeued", dry_run)
 
 
@@ -183,27 +180,9 @@ def requeue_cmd(
 @_filter_options
 @click.option("--status", "statuses", multiple=True, help="Only events in these statuses.")
 @with_appcontext
-def replay_cmd(
-    pks: tuple[int, ...],
-    event_ids: tuple[str, ...],
-    event_types: tuple[str, ...],
-    since: datetime | None,
-    until: datetime | None,
-    limit: int | None,
-    dry_run: bool,
-    as_json: bool,
-    statuses: tuple[str, ...],
-) -> None:
+def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     """Replay stored events: every handler runs again for a copy (source=replay)."""
-    flt = EventFilter(
-        pks=pks,
-        event_ids=event_ids,
-        event_types=event_types,
-        statuses=statuses,
-        since=since,
-        until=until,
-        limit=limit,
-    )
+    flt = _event_filter(options)
     if flt == EventFilter():
         _fail("replay needs a filter (--id, --event-id, --type, --since/--until or --status)")
     pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)

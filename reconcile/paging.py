@@ -195,7 +195,10 @@ class Pager(Iterable[dict[str, Any]], ABC):
         end: datetime,
         *,
         kind: str,
+        path: str,
         id_field: str,
+        lower_param: str,
+        upper_param: str,
         page_size: int,
         max_page_size: int,
         on_stuck: OnStuck = "raise",
@@ -211,6 +214,9 @@ class Pager(Iterable[dict[str, Any]], ABC):
         if on_stuck not in ("raise", "report"):
             raise ValueError("on_stuck must be 'raise' or 'report'")
         self._fetch = fetch
+        self.path = path
+        self.lower_param = lower_param
+        self.upper_param = upper_param
         self.start = start
         self.end = end
         self.kind = kind
@@ -296,35 +302,6 @@ class Pager(Iterable[dict[str, Any]], ABC):
 class BackwardTimePager(Pager):
     """Newest-first paging by moving an inclusive upper time bound down (no offsets)."""
 
-    def __init__(
-        self,
-        fetch: Fetch,
-        start: datetime,
-        end: datetime,
-        *,
-        kind: str,
-        path: str,
-        id_field: str,
-        lower_param: str,
-        upper_param: str,
-        page_size: int,
-        max_page_size: int,
-        on_stuck: OnStuck = "raise",
-    ) -> None:
-        super().__init__(
-            fetch,
-            start,
-            end,
-            kind=kind,
-            id_field=id_field,
-            page_size=page_size,
-            max_page_size=max_page_size,
-            on_stuck=on_stuck,
-        )
-        self.path = path
-        self.lower_param = lower_param
-        self.upper_param = upper_param
-
     def _rows(self) -> Iterator[dict[str, Any]]:
         limit = self.page_size
         lower = _format_ms(self._start_ms)
@@ -369,35 +346,6 @@ class BackwardTimePager(Pager):
 
 class OffsetPager(Pager):
     """Offset paging over a creation-ordered list, up to ``has_more``/``total_count``/short page."""
-
-    def __init__(
-        self,
-        fetch: Fetch,
-        start: datetime,
-        end: datetime,
-        *,
-        kind: str,
-        path: str,
-        id_field: str,
-        lower_param: str,
-        upper_param: str,
-        page_size: int,
-        max_page_size: int,
-        on_stuck: OnStuck = "raise",
-    ) -> None:
-        super().__init__(
-            fetch,
-            start,
-            end,
-            kind=kind,
-            id_field=id_field,
-            page_size=page_size,
-            max_page_size=max_page_size,
-            on_stuck=on_stuck,
-        )
-        self.path = path
-        self.lower_param = lower_param
-        self.upper_param = upper_param
 
     def _rows(self) -> Iterator[dict[str, Any]]:
         limit = self.page_size
@@ -465,7 +413,10 @@ class TimeSlicePager(Pager):
             start,
             end,
             kind=kind,
+            path=path,
             id_field=id_field,
+            lower_param=lower_param,
+            upper_param=upper_param,
             page_size=page_size,
             max_page_size=max_page_size,
             on_stuck=on_stuck,
@@ -473,9 +424,6 @@ class TimeSlicePager(Pager):
         if dense_limit < page_size:
             raise ValueError("dense_limit must be at least page_size")
         self.method = method
-        self.path = path
-        self.lower_param = lower_param
-        self.upper_param = upper_param
         self.bare = bare
         self.dense_limit = dense_limit
 
