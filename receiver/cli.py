@@ -10,6 +10,7 @@ import json
 import logging
 import signal
 import sys
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -188,6 +189,26 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)
     rows = [{**_row(orig), "replay_event_id": new_id} for orig, new_id in pairs]
     _print(rows, as_json, "replayed", dry_run)
+
+
+@hookledger_group.command("prune")
+@click.option("--older-than-days", type=float, default=90.0, show_default=True)
+@click.option("--include-dead", is_flag=True, help="Also delete dead-lettered events.")
+@click.option("--dry-run", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+@with_appcontext
+def prune_cmd(older_than_days: float, include_dead: bool, dry_run: bool, as_json: bool) -> None:
+    """Delete finished events older than N days (open events never; dead only when asked)."""
+    if older_than_days < 1:
+        _fail("--older-than-days must be at least 1 (the processor retries for about 24 h)")
+    counts = _state().store.prune(
+        timedelta(days=older_than_days), include_dead=include_dead, dry_run=dry_run
+    )
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, **counts}))
+    else:
+        verb = "would be pruned" if dry_run else "pruned"
+        click.echo(f"{counts['events']} event(s) and {counts['conflicts']} conflict(s) {verb}")
 
 
 @hookledger_group.command("events")

@@ -694,6 +694,33 @@ class Store:
             )
         return out
 
+    def prune(
+        self, older_than: timedelta, *, include_dead: bool = False, dry_run: bool = False
+    ) -> dict[str, int]:
+        """Delete finished events (done, stale, duplicate; dead only when asked) received
+        before ``now - older_than``, with their ledger rows, and old conflict records.
+
+        Open events are never pruned. The projection and the transition table are kept, so
+        the staleness guard and the transition-once rule still hold for pruned history.
+        """
+        cutoff = self.now() - older_than
+        finished = [EventStatus.DONE, EventStatus.STALE, EventStatus.DUPLICATE]
+        if include_dead:
+            finished.append(EventStatus.DEAD)
+        old = and_(E.c.status.in_(finished), E.c.received_at < cutoff)
+        with self.engine.begin() as conn:
+            events = int(conn.execute(select(func.count()).select_from(E).where(old)).scalar_one())
+            conflicts = int(
+                conn.execute(
+                    select(func.count()).select_from(C).where(C.c.received_at < cutoff)
+                ).scalar_one()
+            )
+            if not dry_run:
+                conn.execute(delete(H).where(H.c.event_pk.in_(select(E.c.id).where(old))))
+                conn.execute(delete(E).where(old))
+                conn.execute(delete(C).where(C.c.received_at < cutoff))
+        return {"events": events, "conflicts": conflicts}
+
     def counts(self) -> dict[str, int]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(E.c.status, func.count()).group_by(E.c.status)).all()

@@ -361,3 +361,30 @@ def test_work_of_a_worker_that_lost_its_lease_is_rolled_back(engine: sa.Engine) 
     assert rows == ["fast"]
     runs = store.handler_runs(fast.pk)
     assert runs["h"].attempts == 1 and runs["h"].status == "succeeded"
+
+
+def test_prune_keeps_open_and_dead_events_and_the_guard(engine: sa.Engine) -> None:
+    clock = _Clock()
+    store = Store(engine, clock=clock, retry=RetryPolicy(max_attempts=1))
+    registry = Registry()
+
+    @registry.on("payment_failed", name="boom")
+    def boom(event: Event) -> None:
+        raise RuntimeError("always")
+
+    _insert(store, "payment_succeeded", at=T0, object_id="pay_old", event_id="evt_old")
+    _insert(store, "payment_failed", at=T0, object_id="pay_dead", event_id="evt_dead")
+    Worker(store, registry, name="w").drain()
+    clock.now += timedelta(days=100)
+    _insert(store, "refund_succeeded", at=T0, event_id="evt_new")  # open, recent
+    assert store.prune(timedelta(days=90), dry_run=True) == {"events": 1, "conflicts": 0}
+    assert store.get("evt_old") is not None
+    assert store.prune(timedelta(days=90)) == {"events": 1, "conflicts": 0}
+    assert store.get("evt_old") is None
+    assert store.get("evt_dead") is not None and store.get("evt_new") is not None
+    # The transition survives pruning: a late redelivery is still not dispatched twice.
+    _insert(store, "payment_succeeded", at=T0, object_id="pay_old", event_id="evt_old_again")
+    Worker(store, registry, name="w").drain()
+    again = store.get("evt_old_again")
+    assert again is not None and again.status in ("duplicate", "stale")
+    assert store.prune(timedelta(days=90), include_dead=True)["events"] == 1
