@@ -41,6 +41,15 @@ def _read_body(limit: int) -> bytes:
     return body
 
 
+def _db_reason(exc: BaseException) -> str:
+    """The driver's first line only: SQLAlchemy's own text repeats the SQL and parameters
+    (the whole body), which must not reach the logs."""
+    cause = exc.__cause__ or exc
+    original = getattr(cause, "orig", None) or cause
+    text = str(original).strip().splitlines()
+    return f"{type(original).__name__}: {text[0][:300] if text else ''}"
+
+
 def receive() -> tuple[Response, int]:
     state = _state()
     remote = request.remote_addr
@@ -57,7 +66,7 @@ def receive() -> tuple[Response, int]:
             log.log(
                 level,
                 "webhook not stored: %s",
-                exc.__cause__ or exc,
+                _db_reason(exc),
                 extra={"action": "rejected", "reason": exc.code, "remote_addr": remote},
             )
         else:
