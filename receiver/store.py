@@ -30,18 +30,20 @@ from sqlalchemy import (
     Insert,
     Table,
     and_,
+    bindparam,
     delete,
     func,
     or_,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from receiver import status as statuses
+from receiver import guard
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.errors import StorageUnavailable
 from receiver.events import Event
@@ -69,7 +71,6 @@ L: Table = ObjectLease.__table__  # type: ignore[attr-defined]
 REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
-Decision = Literal["dispatch", "stale", "duplicate"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,6 +100,22 @@ class Claimed:
     attempts: int
     owner: str
     lease_expires_at: datetime
+
+
+#: A handler as the store runs it: (ledger name, call with the session, needs the session).
+HandlerCall = tuple[str, Callable[[Session], None], bool]
+
+
+class _LeaseLost(Exception):
+    """Another worker holds the lease now: roll back."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Work:
+    """A claimed event and the handlers to run for it."""
+
+    claimed: Claimed
+    handlers: Sequence[HandlerCall]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -279,14 +296,24 @@ class Store:
         return claimed[0] if claimed else None
 
     def claim_batch(
-        self, owner: str, lease_seconds: float, *, limit: int = 8, scan: int = 64
+        self, owner: str, lease_seconds: float, *, limit: int = 16, scan: int = 64
     ) -> list[Claimed]:
         """Lease up to ``limit`` due events of distinct objects that no other worker holds.
 
         Within an object only its head is leased: the earliest open event (event time, then
-        arrival), so events of an object run one at a time and in event-time order. On
-        PostgreSQL candidates are locked ``FOR UPDATE SKIP LOCKED`` and only a locked
-        candidate that is its object's head is updated, so claimers never wait on each other.
+        arrival), so events of an object run one at a time and in event-time order. The
+        whole batch costs a fixed handful of statements, whatever its size:
+
+        1. due candidates (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so claimers never wait on
+           each other's rows), one per object;
+        2. PostgreSQL: a non-blocking advisory lock per object, so two claimers never queue
+           on the same lease row (which could deadlock);
+        3. the object leases, taken with one conditional upsert (``... WHERE expires_at <
+           now``): race-safe on any number of hosts;
+        4. each leased object's head event; a head that is another row than the candidate
+           (an earlier event that arrived later) is locked without waiting;
+        5. one update marks the heads ``processing``; leases of objects whose head is not
+           due (waiting for a retry) are given back.
         """
         now = self.now()
         expires = now + timedelta(seconds=lease_seconds)
@@ -303,89 +330,119 @@ class Store:
         )
         if self._pg:
             query = query.with_for_update(skip_locked=True)
-        claimed: list[Claimed] = []
         with self.engine.begin() as conn:
-            seen: set[str] = set()
-            for candidate in conn.execute(query).all():
-                key = candidate.object_key
-                if key in seen:
-                    continue
-                seen.add(key)
-                if (
-                    self._pg
-                    and not conn.execute(
-                        text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _lock_id(key)}
-                    ).scalar()
-                ):
-                    continue
-                if not self._take_object_lease(conn, key, owner, now, expires):
-                    continue
-                one = self._claim_head(conn, int(candidate.id), key, owner, now, expires)
-                if one is None:
-                    conn.execute(delete(L).where(L.c.object_key == key, L.c.owner == owner))
-                    continue
-                claimed.append(one)
-                if len(claimed) >= limit:
-                    break
+            candidates: dict[str, int] = {}
+            for row in conn.execute(query):
+                candidates.setdefault(row.object_key, int(row.id))
+            keys = list(candidates)[: limit * 2]
+            if self._pg and keys:
+                locked = conn.execute(
+                    text(
+                        "SELECT k FROM unnest(CAST(:keys AS text[])) AS k "
+                        "WHERE pg_try_advisory_xact_lock(hashtextextended('hookledger:' || k, 0))"
+                    ),
+                    {"keys": keys},
+                )
+                keys = [row[0] for row in locked]
+            if not keys:
+                return []
+            leased = self._take_object_leases(conn, keys, owner, now, expires)
+            if not leased:
+                return []
+            heads = self._heads(conn, leased, candidates, now)
+            claimed = self._mark_claimed(conn, heads[:limit], owner, expires)
+            returned = set(leased) - {c.object_key for c in claimed}
+            if returned:
+                conn.execute(delete(L).where(L.c.object_key.in_(returned), L.c.owner == owner))
         return claimed
 
-    def _take_object_lease(
-        self, conn: Connection, key: str, owner: str, now: datetime, expires: datetime
-    ) -> bool:
-        stmt = self._insert(L).values(object_key=key, owner=owner, expires_at=expires)
+    def _take_object_leases(
+        self, conn: Connection, keys: list[str], owner: str, now: datetime, expires: datetime
+    ) -> list[str]:
+        stmt = self._insert(L)
         stmt = stmt.on_conflict_do_update(
             index_elements=["object_key"],
-            set_={"owner": owner, "expires_at": expires},
+            set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
             where=L.c.expires_at < now,
         ).returning(L.c.object_key)
-        return conn.execute(stmt).first() is not None
+        rows = conn.execute(
+            stmt, [{"object_key": k, "owner": owner, "expires_at": expires} for k in keys]
+        )
+        taken = {row[0] for row in rows}
+        return [k for k in keys if k in taken]
 
-    def _claim_head(
-        self,
-        conn: Connection,
-        candidate: int,
-        key: str,
-        owner: str,
-        now: datetime,
-        expires: datetime,
-    ) -> Claimed | None:
-        head = conn.execute(
-            select(E)
-            .where(E.c.object_key == key, E.c.status.in_(EventStatus.OPEN))
-            .order_by(E.c.event_time, E.c.id)
-            .limit(1)
-        ).first()
-        if head is None or head.next_attempt_at > now:
-            return None  # an earlier event of this object is waiting for its retry
-        if int(head.id) != candidate and self._pg:
-            # The head is another row (an earlier event that arrived later): lock it without
-            # waiting, so claimers never block on each other's rows.
-            locked = conn.execute(
-                select(E.c.id).where(E.c.id == head.id).with_for_update(skip_locked=True)
-            ).first()
-            if locked is None:
-                return None
-        if head.status == EventStatus.PROCESSING and head.attempts >= self.retry.max_attempts:
-            # Its worker died holding it max_attempts times: a poison event.
-            conn.execute(
-                update(E)
-                .where(E.c.id == head.id)
-                .values(
-                    status=EventStatus.DEAD,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    last_error=(head.last_error or "")
-                    + f"\nlease expired after {head.attempts} attempts (worker lost)",
+    def _heads(
+        self, conn: Connection, keys: list[str], candidates: dict[str, int], now: datetime
+    ) -> list[Any]:
+        """The claimable head event of each of ``keys`` (in ``keys`` order)."""
+        ranked = (
+            select(
+                E,
+                func.row_number()
+                .over(partition_by=E.c.object_key, order_by=(E.c.event_time, E.c.id))
+                .label("position"),
+            )
+            .where(E.c.object_key.in_(keys), E.c.status.in_(EventStatus.OPEN))
+            .subquery()
+        )
+        rows = {
+            row.object_key: row
+            for row in conn.execute(select(ranked).where(ranked.c.position == 1))
+        }
+        # A head that is not a due candidate of ours waits (its retry is not due) or, on
+        # PostgreSQL, may be locked by another claimer: lock it without waiting.
+        others = [
+            int(r.id)
+            for k, r in rows.items()
+            if int(r.id) != candidates[k] and r.next_attempt_at <= now
+        ]
+        free: set[int] = set(others)
+        if self._pg and others:
+            free = {
+                int(row[0])
+                for row in conn.execute(
+                    select(E.c.id).where(E.c.id.in_(others)).with_for_update(skip_locked=True)
                 )
-            )
-            log.error(
-                "event dead-lettered: its worker was lost on every attempt",
-                extra={"action": "dead_letter", "event_id": head.event_id},
-            )
-            return None
+            }
+        heads = []
+        for key in keys:
+            head = rows.get(key)
+            if head is None or head.next_attempt_at > now:
+                continue  # an earlier event of this object is waiting for its retry
+            if int(head.id) != candidates[key] and int(head.id) not in free:
+                continue
+            if head.status == EventStatus.PROCESSING and head.attempts >= self.retry.max_attempts:
+                self._dead_letter_lost(conn, head)
+                continue
+            heads.append(head)
+        return heads
+
+    def _dead_letter_lost(self, conn: Connection, head: Any) -> None:
+        """A head whose worker died holding it on every attempt: a poison event."""
         conn.execute(
             update(E)
             .where(E.c.id == head.id)
+            .values(
+                status=EventStatus.DEAD,
+                lease_owner=None,
+                lease_expires_at=None,
+                last_error=(head.last_error or "")
+                + f"\nlease expired after {head.attempts} attempts (worker lost)",
+            )
+        )
+        log.error(
+            "event dead-lettered: its worker was lost on every attempt",
+            extra={"action": "dead_letter", "event_id": head.event_id},
+        )
+
+    def _mark_claimed(
+        self, conn: Connection, heads: list[Any], owner: str, expires: datetime
+    ) -> list[Claimed]:
+        if not heads:
+            return []
+        conn.execute(
+            update(E)
+            .where(E.c.id.in_([int(h.id) for h in heads]))
             .values(
                 status=EventStatus.PROCESSING,
                 lease_owner=owner,
@@ -393,23 +450,26 @@ class Store:
                 attempts=E.c.attempts + 1,
             )
         )
-        return Claimed(
-            pk=int(head.id),
-            event_id=head.event_id,
-            object_key=key,
-            object_kind=head.object_kind,
-            object_id=head.object_id,
-            object_status=head.object_status,
-            event_type=head.event_type,
-            event_time=head.event_time,
-            object_created_at=head.object_created_at,
-            body=head.body,
-            source=head.source,
-            replay_of=head.replay_of,
-            attempts=int(head.attempts) + 1,
-            owner=owner,
-            lease_expires_at=expires,
-        )
+        return [
+            Claimed(
+                pk=int(h.id),
+                event_id=h.event_id,
+                object_key=h.object_key,
+                object_kind=h.object_kind,
+                object_id=h.object_id,
+                object_status=h.object_status,
+                event_type=h.event_type,
+                event_time=h.event_time,
+                object_created_at=h.object_created_at,
+                body=h.body,
+                source=h.source,
+                replay_of=h.replay_of,
+                attempts=int(h.attempts) + 1,
+                owner=owner,
+                lease_expires_at=expires,
+            )
+            for h in heads
+        ]
 
     def renew(self, claimed: Sequence[Claimed], lease_seconds: float) -> int:
         """Extend the leases of ``claimed``; returns how many object leases are still held."""
@@ -447,141 +507,178 @@ class Store:
                 delete(L).where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
             )
 
-    # -- dispatch: guard, handlers, ledger and outcome in one transaction ------------------
+    # -- dispatch: guard, handlers, ledger and outcomes in one transaction -----------------
 
-    def dispatch(
-        self,
-        claimed: Claimed,
-        handlers: Sequence[tuple[str, Callable[[Session], None]]],
-    ) -> Outcome:
-        """Process a claimed event in ONE transaction.
+    def dispatch(self, claimed: Claimed, handlers: Sequence[HandlerCall]) -> Outcome:
+        """Process one claimed event (see :meth:`dispatch_many`)."""
+        return self.dispatch_many([Work(claimed=claimed, handlers=handlers)])[0]
 
-        The staleness guard and the transition-once rule decide first; then each handler that
-        has not yet succeeded runs inside a savepoint, and its ledger row is written in the
-        same transaction; finally the event's status. A handler that writes through the
-        session commits exactly once with its ledger row. If the lease was lost meanwhile
-        (another worker took over after expiry), everything is rolled back.
+    def dispatch_many(self, works: Sequence[Work]) -> list[Outcome]:
+        """Process claimed events (of distinct objects) in ONE transaction.
+
+        For each event the guard decides first (:func:`receiver.guard.decide`); then each
+        handler that has not yet succeeded runs, a handler that takes the session inside a
+        savepoint of its own; the ledger rows, transitions, projections and the events'
+        outcomes are written in the same transaction. A handler's writes through the session
+        therefore commit exactly once, together with its ledger row. If any lease was lost
+        meanwhile (another worker took over after expiry), the transaction is rolled back
+        and the events are retried one by one, so only the event whose lease was lost is
+        dropped (it belongs to the other worker now).
         """
-        failures: list[str] = []
-        ran: list[str] = []
+        if not works:
+            return []
+        try:
+            return self._dispatch_together(works)
+        except _LeaseLost:
+            if len(works) == 1:
+                log.warning(
+                    "lease lost before the event was finished; its work is rolled back",
+                    extra={"action": "lease_lost", "event_id": works[0].claimed.event_id},
+                )
+                return [Outcome(status="lease_lost", ran=(), failures=())]
+            return [self.dispatch_many([work])[0] for work in works]
+
+    def _dispatch_together(self, works: Sequence[Work]) -> list[Outcome]:
+        now = self.now()
+        outcomes: list[Outcome] = []
+        transitions: list[dict[str, Any]] = []
+        projections: list[dict[str, Any]] = []
+        ledger: list[dict[str, Any]] = []
+        finals: list[dict[str, Any]] = []
         with Session(self.engine) as session:
             with session.begin():
                 conn = session.connection()
-                decision, reason = self._decide(conn, claimed)
-                if decision == "dispatch":
-                    done = self._succeeded(conn, claimed.pk)
-                    for name, call in handlers:
-                        if name in done:
-                            continue
-                        savepoint = session.begin_nested()
-                        try:
-                            call(session)
-                            session.flush()
-                        except Exception as exc:  # noqa: BLE001 - a handler may raise anything
-                            savepoint.rollback()
-                            trace = _describe(exc)
-                            conn.execute(self._ledger_upsert(claimed.pk, name, "failed", trace))
-                            failures.append(f"{name}: {type(exc).__name__}: {exc}")
-                        else:
-                            savepoint.commit()
-                            conn.execute(self._ledger_upsert(claimed.pk, name, "succeeded", None))
-                            ran.append(name)
+                owners, currents, done = self._load_guard_state(conn, works)
+                for work in works:
+                    c = work.claimed
+                    verdict = guard.decide(
+                        event_pk=c.pk,
+                        kind=c.object_kind,
+                        object_id=c.object_id,
+                        event_type=c.event_type,
+                        status=c.object_status,
+                        event_time=c.event_time,
+                        replay=c.replay_of is not None,
+                        transition_owner=owners.get((c.object_kind, c.object_id, c.event_type)),
+                        current=currents.get((c.object_kind, c.object_id)),
+                    )
+                    if verdict.decision != "dispatch":
+                        finals.append(self._final(c, verdict.decision, verdict.reason, now))
+                        outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
+                        continue
+                    if verdict.claim_transition:
+                        transitions.append(
+                            {
+                                "object_kind": c.object_kind,
+                                "object_id": c.object_id,
+                                "event_type": c.event_type,
+                                "event_pk": c.pk,
+                                "created_at": now,
+                            }
+                        )
+                    if verdict.projection is not None:
+                        projections.append(
+                            {
+                                "object_kind": c.object_kind,
+                                "object_id": c.object_id,
+                                "status": verdict.projection.status,
+                                "rank": verdict.projection.rank,
+                                "event_time": c.event_time,
+                                "object_created_at": c.object_created_at,
+                                "event_pk": c.pk,
+                                "updated_at": now,
+                            }
+                        )
+                    ran, failures = self._run_handlers(
+                        session, c, work.handlers, done.get(c.pk, set()), ledger, now
+                    )
                     status = "failed" if failures else EventStatus.DONE
-                    error: str | None = "\n".join(failures) or None
-                else:
-                    status, error = decision, reason
-                written = self._finish(conn, claimed, status, error)
-                if written is None:
-                    session.rollback()
-                    return Outcome(status="lease_lost", ran=(), failures=tuple(failures))
-        return Outcome(status=written, ran=tuple(ran), failures=tuple(failures))
+                    error = "\n".join(failures) or None
+                    final = self._final(c, status, error, now)
+                    finals.append(final)
+                    outcomes.append(Outcome(status=final["b_status"], ran=ran, failures=failures))
+                self._write_outcomes(conn, works, transitions, projections, ledger, finals)
+        return outcomes
 
-    def _decide(self, conn: Connection, claimed: Claimed) -> tuple[Decision, str | None]:
-        kind, object_id, event_type = claimed.object_kind, claimed.object_id, claimed.event_type
-        if claimed.replay_of is not None or kind is None or object_id is None:
-            return "dispatch", None
-        incoming = statuses.normalize_status(kind, claimed.object_status)
-        incoming_rank = statuses.rank(kind, incoming)
-        now = self.now()
-        if event_type:
-            owner_pk = conn.execute(
-                select(T.c.event_pk).where(
-                    T.c.object_kind == kind,
-                    T.c.object_id == object_id,
-                    T.c.event_type == event_type,
+    def _load_guard_state(
+        self, conn: Connection, works: Sequence[Work]
+    ) -> tuple[
+        dict[tuple[Any, Any, Any], int],
+        dict[tuple[Any, Any], guard.Projected],
+        dict[int, set[str]],
+    ]:
+        guarded = [w.claimed for w in works if w.claimed.object_kind and w.claimed.object_id]
+        owners: dict[tuple[Any, Any, Any], int] = {}
+        currents: dict[tuple[Any, Any], guard.Projected] = {}
+        typed = [c for c in guarded if c.event_type]
+        if typed:
+            rows = conn.execute(
+                select(T.c.object_kind, T.c.object_id, T.c.event_type, T.c.event_pk).where(
+                    tuple_(T.c.object_kind, T.c.object_id, T.c.event_type).in_(
+                        [(c.object_kind, c.object_id, c.event_type) for c in typed]
+                    )
                 )
-            ).scalar()
-            if owner_pk is not None:
-                if int(owner_pk) == claimed.pk:
-                    return "dispatch", None  # a retry of the event that owns it
-                return "duplicate", f"transition {event_type} already dispatched by #{owner_pk}"
-        current = conn.execute(
-            select(P).where(P.c.object_kind == kind, P.c.object_id == object_id)
-        ).first()
-        if current is not None and incoming_rank is not None and incoming is not None:
-            reason = _stale_reason(current, incoming, incoming_rank, claimed.event_time)
-            if reason is not None:
-                return "stale", reason
-        if event_type:
-            conn.execute(
-                self._insert(T)
-                .values(
-                    object_kind=kind,
-                    object_id=object_id,
-                    event_type=event_type,
-                    event_pk=claimed.pk,
-                    created_at=now,
+            )
+            owners = {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+        if guarded:
+            projected = conn.execute(
+                select(P.c.object_kind, P.c.object_id, P.c.status, P.c.rank, P.c.event_time).where(
+                    tuple_(P.c.object_kind, P.c.object_id).in_(
+                        [(c.object_kind, c.object_id) for c in guarded]
+                    )
                 )
-                .on_conflict_do_nothing()
             )
-        if incoming_rank is not None and incoming is not None:
-            values = dict(
-                status=incoming,
-                rank=incoming_rank,
-                event_time=claimed.event_time,
-                object_created_at=claimed.object_created_at,
-                event_pk=claimed.pk,
-                updated_at=now,
+            currents = {
+                (r[0], r[1]): guard.Projected(status=r[2], rank=int(r[3]), event_time=r[4])
+                for r in projected
+            }
+        done: dict[int, set[str]] = {}
+        retried = [w.claimed.pk for w in works]
+        for pk, handler in conn.execute(
+            select(H.c.event_pk, H.c.handler).where(
+                H.c.event_pk.in_(retried), H.c.status == "succeeded"
             )
-            conn.execute(
-                self._insert(P)
-                .values(object_kind=kind, object_id=object_id, **values)
-                .on_conflict_do_update(index_elements=["object_kind", "object_id"], set_=values)
-            )
-        return "dispatch", None
+        ):
+            done.setdefault(int(pk), set()).add(handler)
+        return owners, currents, done
 
-    def _succeeded(self, conn: Connection, event_pk: int) -> set[str]:
-        rows = conn.execute(
-            select(H.c.handler).where(H.c.event_pk == event_pk, H.c.status == "succeeded")
-        )
-        return {r.handler for r in rows}
+    def _run_handlers(
+        self,
+        session: Session,
+        claimed: Claimed,
+        handlers: Sequence[HandlerCall],
+        done: set[str],
+        ledger: list[dict[str, Any]],
+        now: datetime,
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        ran: list[str] = []
+        failures: list[str] = []
+        for name, call, needs_session in handlers:
+            if name in done:
+                continue
+            # Only a handler that writes through the session needs a savepoint to undo.
+            savepoint = session.begin_nested() if needs_session else None
+            try:
+                call(session)
+                if savepoint is not None:
+                    session.flush()
+            except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+                if savepoint is not None:
+                    savepoint.rollback()
+                ledger.append(_ledger_row(claimed.pk, name, "failed", _describe(exc), now))
+                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+            else:
+                if savepoint is not None:
+                    savepoint.commit()
+                ledger.append(_ledger_row(claimed.pk, name, "succeeded", None, now))
+                ran.append(name)
+        return tuple(ran), tuple(failures)
 
-    def _ledger_upsert(self, event_pk: int, handler: str, status: str, error: str | None) -> Any:
-        now = self.now()
-        stmt = self._insert(H).values(
-            event_pk=event_pk,
-            handler=handler,
-            status=status,
-            attempts=1,
-            last_error=error,
-            updated_at=now,
-        )
-        return stmt.on_conflict_do_update(
-            index_elements=["event_pk", "handler"],
-            set_={
-                "status": status,
-                "attempts": H.c.attempts + 1,
-                "last_error": error,
-                "updated_at": now,
-            },
-        )
-
-    def _finish(
-        self, conn: Connection, claimed: Claimed, status: str, error: str | None
-    ) -> str | None:
-        """Write the event's outcome; ``None`` when the lease was lost (nothing written)."""
-        now = self.now()
-        values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+    def _final(
+        self, claimed: Claimed, status: str, error: str | None, now: datetime
+    ) -> dict[str, Any]:
+        """The row update that closes a claimed event (``b_`` keys: executemany params)."""
+        next_attempt = now
         if status == "failed":
             if claimed.attempts >= self.retry.max_attempts:
                 status = EventStatus.DEAD
@@ -593,29 +690,96 @@ class Store:
             else:
                 status = EventStatus.PENDING
                 delay = self.retry.delay(claimed.attempts, self._rng)
-                values["next_attempt_at"] = now + timedelta(seconds=delay)
-        if status in EventStatus.TERMINAL and status != EventStatus.DEAD:
-            values["processed_at"] = now
-        values["status"] = status
-        values["last_error"] = error
-        rows = conn.execute(
-            update(E).where(E.c.id == claimed.pk, E.c.lease_owner == claimed.owner).values(**values)
-        ).rowcount
-        conn.execute(
-            delete(L).where(L.c.object_key == claimed.object_key, L.c.owner == claimed.owner)
-        )
-        if not rows:
-            log.warning(
-                "lease lost before the event was finished; its work is rolled back",
-                extra={"action": "lease_lost", "event_id": claimed.event_id},
+                next_attempt = now + timedelta(seconds=delay)
+        finished = status in EventStatus.TERMINAL and status != EventStatus.DEAD
+        return {
+            "b_id": claimed.pk,
+            "b_owner": claimed.owner,
+            "b_key": claimed.object_key,
+            "b_status": status,
+            "b_error": error,
+            "b_next": next_attempt,
+            "b_processed": now if finished else None,
+        }
+
+    def _write_outcomes(
+        self,
+        conn: Connection,
+        works: Sequence[Work],
+        transitions: list[dict[str, Any]],
+        projections: list[dict[str, Any]],
+        ledger: list[dict[str, Any]],
+        finals: list[dict[str, Any]],
+    ) -> None:
+        if transitions:
+            conn.execute(self._insert(T).on_conflict_do_nothing(), transitions)
+        if projections:
+            stmt = self._insert(P)
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["object_kind", "object_id"],
+                    set_={
+                        name: stmt.excluded[name]
+                        for name in (
+                            "status",
+                            "rank",
+                            "event_time",
+                            "object_created_at",
+                            "event_pk",
+                            "updated_at",
+                        )
+                    },
+                ),
+                projections,
             )
-            return None
-        return status
+        if ledger:
+            stmt = self._insert(H)
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["event_pk", "handler"],
+                    set_={
+                        "status": stmt.excluded.status,
+                        "attempts": H.c.attempts + 1,
+                        "last_error": stmt.excluded.last_error,
+                        "updated_at": stmt.excluded.updated_at,
+                    },
+                ),
+                ledger,
+            )
+        self._close_events(conn, finals)
+
+    def _close_events(self, conn: Connection, finals: list[dict[str, Any]]) -> None:
+        """Write the outcomes; raise :class:`_LeaseLost` unless this worker held every lease."""
+        written = conn.execute(
+            update(E)
+            .where(E.c.id == bindparam("b_id"), E.c.lease_owner == bindparam("b_owner"))
+            .values(
+                status=bindparam("b_status"),
+                last_error=bindparam("b_error"),
+                next_attempt_at=bindparam("b_next"),
+                processed_at=bindparam("b_processed"),
+                lease_owner=None,
+                lease_expires_at=None,
+            ),
+            finals,
+        ).rowcount
+        if written != len(finals):
+            raise _LeaseLost()
+        owner = finals[0]["b_owner"]
+        conn.execute(
+            delete(L).where(L.c.object_key.in_([f["b_key"] for f in finals]), L.c.owner == owner)
+        )
 
     def finish(self, claimed: Claimed, *, status: str, error: str | None = None) -> str | None:
-        """Close a claimed event outside :meth:`dispatch` (an unparseable body, for example)."""
-        with self.engine.begin() as conn:
-            return self._finish(conn, claimed, status, error)
+        """Close a claimed event outside :meth:`dispatch` (an unparseable body, for example);
+        returns the status written, or ``None`` when the lease was lost."""
+        final = self._final(claimed, status, error, self.now())
+        try:
+            with self.engine.begin() as conn:
+                self._close_events(conn, [final])
+        except _LeaseLost:
+            return None
+        return str(final["b_status"])
 
     # -- operator -------------------------------------------------------------------------
 
@@ -788,30 +952,23 @@ def _filter_clauses(flt: EventFilter) -> list[Any]:
     return clauses
 
 
-def _stale_reason(
-    current: Any, incoming: str, incoming_rank: int, event_time: datetime | None
-) -> str | None:
-    if incoming_rank < current.rank:
-        return f"{incoming} would move {current.status} backwards"
-    if incoming_rank == current.rank:
-        if incoming == current.status:
-            return f"already {current.status}"
-        if event_time is not None and current.event_time is not None:
-            if as_utc(event_time) <= as_utc(current.event_time):
-                return f"{incoming} is older than {current.status}"
-    return None
+def _ledger_row(
+    event_pk: int, handler: str, status: str, error: str | None, now: datetime
+) -> dict[str, Any]:
+    return {
+        "event_pk": event_pk,
+        "handler": handler,
+        "status": status,
+        "attempts": 1,
+        "last_error": error,
+        "updated_at": now,
+    }
 
 
 def _with_event_id(event: Event, event_id: str) -> Event:
     from dataclasses import replace
 
     return replace(event, event_id=event_id)
-
-
-def _lock_id(key: str) -> int:
-    # A stable signed 64-bit id for pg advisory locks, namespaced to hookledger.
-    digest = hashlib.blake2b(b"hookledger:" + key.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
 
 
 def _clip(value: str | None, size: int) -> str | None:

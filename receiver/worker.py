@@ -20,7 +20,7 @@ from receiver.errors import MalformedEvent
 from receiver.events import parse_event
 from receiver.models import EventStatus
 from receiver.registry import Registry
-from receiver.store import Claimed, Store
+from receiver.store import Claimed, Outcome, Store, Work
 
 log = logging.getLogger("receiver.worker")
 
@@ -113,34 +113,46 @@ class Worker:
         )
         if not batch:
             return 0
+        if self.stopping.is_set():
+            for claimed in batch:
+                self.store.release(claimed)
+            return 0
         heartbeat = _Heartbeat(self.store, batch, self.config.lease_seconds)
         heartbeat.start()
-        done = 0
         try:
-            for claimed in batch:
-                if self.stopping.is_set():
-                    self.store.release(claimed)
-                    continue
-                self.process(claimed)
-                heartbeat.forget(claimed)
-                done += 1
+            works = [work for claimed in batch if (work := self._work(claimed)) is not None]
+            outcomes = self.store.dispatch_many(works)
         finally:
             heartbeat.stop()
-        self.processed += done
-        return done
+        for work, outcome in zip(works, outcomes, strict=True):
+            self._log(work.claimed, outcome)
+        self.processed += len(batch)
+        return len(batch)
 
     def process(self, claimed: Claimed) -> str:
         """Guard ``claimed`` and run its pending handlers; return the status written."""
-        extra = {"event_id": claimed.event_id, "event_type": claimed.event_type}
+        work = self._work(claimed)
+        if work is None:
+            return EventStatus.DEAD
+        outcome = self.store.dispatch(work.claimed, work.handlers)
+        self._log(claimed, outcome)
+        return outcome.status
+
+    def _work(self, claimed: Claimed) -> Work | None:
         try:
             event = parse_event(claimed.body)
-        except MalformedEvent as exc:
-            return self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc)) or ""
+        except MalformedEvent as exc:  # stored by an older version, or edited by hand
+            self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc))
+            return None
         handlers = [
-            (spec.name, partial(spec.call, event))
+            (spec.name, partial(spec.call, event), spec.wants_session)
             for spec in self.registry.handlers_for(event.event_type)
         ]
-        outcome = self.store.dispatch(claimed, handlers)
+        return Work(claimed=claimed, handlers=handlers)
+
+    @staticmethod
+    def _log(claimed: Claimed, outcome: Outcome) -> None:
+        extra = {"event_id": claimed.event_id, "event_type": claimed.event_type}
         if outcome.status in (EventStatus.STALE, EventStatus.DUPLICATE):
             log.info("event not dispatched", extra={"action": outcome.status, **extra})
         for failure in outcome.failures:
@@ -149,7 +161,6 @@ class Worker:
                 failure.split("\n", 1)[0][:200],
                 extra={"action": "handler_failed", **extra},
             )
-        return outcome.status
 
 
 class _Heartbeat:

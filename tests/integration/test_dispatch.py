@@ -353,9 +353,9 @@ def test_work_of_a_worker_that_lost_its_lease_is_rolled_back(engine: sa.Engine) 
 
         return write
 
-    late = store.dispatch(slow, [("h", effect("slow"))])
+    late = store.dispatch(slow, [("h", effect("slow"), True)])
     assert late.status == "lease_lost"
-    assert store.dispatch(fast, [("h", effect("fast"))]).status == "done"
+    assert store.dispatch(fast, [("h", effect("fast"), True)]).status == "done"
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT who FROM lost_effect")).scalars().all()
     assert rows == ["fast"]
