@@ -358,6 +358,9 @@ class ProcessorClient:
         if not path.startswith("/"):
             raise ValueError("path must start with '/'")
         url = self.base_url + path
+        headers = self._headers
+        if allow_text:  # /health answers text/plain
+            headers = {**headers, "Accept": "application/json, text/plain;q=0.9"}
         policy = self.retry
         attempt = 0
         while True:
@@ -369,7 +372,7 @@ class ProcessorClient:
                     url,
                     params=params,
                     json=json,
-                    headers=self._headers,
+                    headers=headers,
                     timeout=self.timeout,
                     allow_redirects=False,
                 )
