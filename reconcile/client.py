@@ -401,7 +401,7 @@ class ProcessorClient:
             with response:
                 status = response.status_code
                 content = response.content
-                headers = response.headers
+                reply_headers = response.headers
             elapsed = time.perf_counter() - started
             logger.debug(
                 "%s %s -> %d (attempt %d, %.1f ms)",
@@ -414,8 +414,8 @@ class ProcessorClient:
             if 200 <= status < 300:
                 return self._decode(content, status, method, path, allow_text)
 
-            reset_at = self._reset_at(headers.get("X-RateLimit-Reset"))
-            retry_after = self._retry_after(headers.get("Retry-After"))
+            reset_at = self._reset_at(reply_headers.get("X-RateLimit-Reset"))
+            retry_after = self._retry_after(reply_headers.get("Retry-After"))
             api_error = api_error_from_response(
                 status,
                 content,

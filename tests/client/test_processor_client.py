@@ -149,6 +149,10 @@ def test_5xx_are_retried_with_full_jitter_backoff(
     assert len(fake.seen) == 3
     assert len(sleeps) == 2
     assert 0 <= sleeps[0] <= 0.5 and 0 <= sleeps[1] <= 1.0
+    # Regression: a retry once went out without the api-key header (a shadowed variable).
+    for seen in fake.seen:
+        sent = {k.lower(): v for k, v in seen.headers.items()}
+        assert sent.get("api-key") == client_key(client)
 
 
 def test_5xx_give_up_after_max_attempts(
@@ -509,3 +513,7 @@ def _window() -> tuple[Any, Any]:
     from datetime import UTC, datetime
 
     return datetime(1970, 1, 1, tzinfo=UTC), datetime(1970, 1, 2, tzinfo=UTC)
+
+
+def client_key(client: ProcessorClient) -> str:
+    return str(client._headers["api-key"])
