@@ -852,7 +852,32 @@ def parse_event(body: bytes) -> Event:
         ) from None
     except ValueError as exc:
         raise MalformedEvent(f"webhook body is not valid JSON: {exc}") from None
-    return Event.from_dict(data)
+    event = Event.from_dict(data)
+    _check_storable(event)
+    return event
+
+
+def _check_storable(event: Event) -> None:
+    """Refuse text no database column can hold: NUL characters (PostgreSQL rejects them) and
+    unpaired surrogates (from JSON escapes like ``\\ud800``; not encodable as UTF-8)."""
+    ref = event.object_ref
+    fields = {
+        "event_id": event.event_id,
+        "event_type": event.event_type,
+        "merchant_id": event.merchant_id,
+        "content.type": event.content_type,
+        "object id": ref.object_id if ref else None,
+        "object status": ref.status if ref else None,
+    }
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if "\x00" in value:
+            raise MalformedEvent(f"{name} contains a NUL character")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MalformedEvent(f"{name} contains an unpaired surrogate escape") from None
 
 
 def validate_event_type(name: str) -> str:

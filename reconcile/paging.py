@@ -272,8 +272,10 @@ class Pager(Iterable[dict[str, Any]], ABC):
                 ms = _parse_ms(row[name])
                 if ms is not None:
                     return ms
+        self._id(row)
+        # The row's id is foreign text: it stays out of the message (and so out of logs).
         raise PagingError(
-            f"{self.kind} {self._id(row)!r} has no readable creation time",
+            f"a {self.kind} list row has no readable creation time",
             reason="row without creation time",
         )
 
