@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -192,7 +191,7 @@ class RunLease:
         if self.store._pg:
             conn = self.store.engine.connect()
             got = conn.execute(
-                text("SELECT pg_try_advisory_lock(:k)"), {"k": _lock_key(LOCK_NAME)}
+                text(f"SELECT pg_try_advisory_lock({_LOCK_KEY_SQL})"), {"lock_name": LOCK_NAME}
             ).scalar()
             conn.commit()
             if got:
@@ -236,7 +235,7 @@ class RunLease:
         if self._conn is not None:
             try:
                 self._conn.execute(
-                    text("SELECT pg_advisory_unlock(:k)"), {"k": _lock_key(LOCK_NAME)}
+                    text(f"SELECT pg_advisory_unlock({_LOCK_KEY_SQL})"), {"lock_name": LOCK_NAME}
                 )
                 self._conn.commit()
             finally:
@@ -257,6 +256,9 @@ class RunLease:
         self.release()
 
 
-def _lock_key(name: str) -> int:
-    digest = hashlib.blake2b(b"hookledger-reconcile:" + name.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+#: One lock per database *and schema*: hookledger installs in different schemas of one
+#: database (one per tenant, or per test run) must not block each other.
+_LOCK_KEY_SQL = (
+    "hashtextextended('hookledger-reconcile:' || current_database() || '/' "
+    "|| current_schema() || '/' || :lock_name, 0)"
+)

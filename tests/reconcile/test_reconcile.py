@@ -251,3 +251,32 @@ def test_local_only_objects_are_unresolved(make_app: AppFactory) -> None:
         stored = json.loads(ReconcileStore(reconciler.inbox.engine).runs(1)[0].report)
         assert stored["totals"]["unresolved"] == 1
         reconciler.client.close()
+
+
+def test_lock_is_per_schema_on_postgresql(make_app: AppFactory, database_url: str) -> None:
+    """Regression: the PostgreSQL lock was per database, so installs in different schemas
+    (tenants, test runs) blocked each other."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("advisory locks are PostgreSQL's; SQLite has one lease row per file")
+    import sqlalchemy as sa
+
+    from receiver import db as receiver_db
+    from tests.conftest import PG_URL
+
+    app, _ = _app(make_app)
+    here = ReconcileStore(WebhookReceiver.state(app).store.engine).lock("here")
+    here.acquire()
+    admin = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text('CREATE SCHEMA IF NOT EXISTS "hl_other_tenant"'))
+    other = receiver_db.make_engine(f"{PG_URL}?options=-csearch_path%3Dhl_other_tenant")
+    try:
+        there = ReconcileStore(other).lock("there")
+        there.acquire()  # does not raise ReconcileLocked
+        there.release()
+    finally:
+        here.release()
+        other.dispose()
+        with admin.connect() as conn:
+            conn.execute(sa.text('DROP SCHEMA IF EXISTS "hl_other_tenant" CASCADE'))
+        admin.dispose()
