@@ -10,12 +10,14 @@ import json
 import logging
 import signal
 import sys
+import threading
 from datetime import timedelta
 from typing import Any
 
 import click
 from flask import current_app
 from flask.cli import FlaskGroup, with_appcontext
+from sqlalchemy.exc import DBAPIError
 
 from receiver import db
 from receiver.errors import HookledgerError
@@ -78,10 +80,6 @@ def worker_cmd(
 ) -> None:
     """Process events. SIGTERM finishes the current event, then exits."""
     state = _state()
-    try:
-        db.check_schema(state.store.engine)
-    except HookledgerError as exc:
-        _fail(exc.message)
     overrides = {
         k: v
         for k, v in (("lease_seconds", lease_seconds), ("poll_interval", poll_interval))
@@ -97,11 +95,35 @@ def worker_cmd(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    if not _wait_for_schema(state.store.engine, worker.stopping):
+        click.echo("hookledger worker stopped before the database was reachable", err=True)
+        return
     if not state.registry.handlers:
         click.echo("hookledger: warning: no handlers are registered", err=True)
     click.echo(f"hookledger worker {worker.name} started", err=True)
     count = worker.run(burst=burst)
     click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
+
+
+def _wait_for_schema(engine: Any, stopping: threading.Event) -> bool:
+    """Wait until the database answers (a worker may start during an outage), then check the
+    schema: a missing migration is a configuration error and ends the command."""
+    pause = 0.5
+    while not stopping.is_set():
+        try:
+            db.check_schema(engine)
+            return True
+        except HookledgerError as exc:
+            _fail(exc.message)
+        except DBAPIError as exc:
+            click.echo(
+                f"hookledger: database unreachable ({type(exc.orig or exc).__name__}); "
+                f"retrying in {pause:.1f} s",
+                err=True,
+            )
+            stopping.wait(pause)
+            pause = min(pause * 2, 10.0)
+    return False
 
 
 def _filter_options(func: Any) -> Any:

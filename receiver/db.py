@@ -51,6 +51,10 @@ def make_engine(url: str, *, sqlite_busy_timeout: float = 5.0, **kwargs: Any) ->
         _configure_sqlite(engine, memory=memory, busy_ms=int(sqlite_busy_timeout * 1000))
         return engine
     if backend == "postgresql":
+        # Without a connect timeout a network partition hangs requests in connect() until
+        # the web server kills its worker; with one, the receiver answers 503 in time.
+        if "connect_timeout" not in parsed.query:
+            kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 5)
         kwargs.setdefault("pool_pre_ping", True)
         kwargs.setdefault("pool_size", 5)
         kwargs.setdefault("max_overflow", 10)

@@ -205,3 +205,25 @@ def test_sigterm_finishes_the_current_event_then_exits(
     assert worker.wait(timeout=30) == 0
     assert _statuses(migrated)["evt_term"] == "done"
     assert sorted(_effects(migrated)) == [("evt_term", "first"), ("evt_term", "second")]
+
+
+def test_worker_started_while_the_database_is_down_waits_instead_of_crashing(
+    tmp_path: Path,
+) -> None:
+    # Regression: the start-up schema check let the driver's error end the worker.
+    down = "postgresql+psycopg://postgres@127.0.0.1:1/none"
+    worker = _worker(down, "--poll-interval", "0.05")
+    try:
+        assert worker.stderr is not None
+        first = worker.stderr.readline().decode()  # blocks until the worker reports the outage
+        assert "database unreachable" in first, first
+        time.sleep(1.0)
+        assert worker.poll() is None, "the worker must wait for the database"
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        if worker.stderr:
+            worker.stderr.close()
