@@ -99,8 +99,7 @@ def receive() -> tuple[Response, int]:
 def health() -> tuple[Response, int]:
     state = _state()
     try:
-        counts = state.store.counts()
-        age = state.store.oldest_open_age()
+        counts, age = state.store.health()
     except Exception as exc:  # noqa: BLE001 - any storage failure means "not healthy"
         log.error("health check failed: %s", type(exc).__name__, extra={"action": "health"})
         return error_response(StorageUnavailable())

@@ -53,8 +53,20 @@ def make_engine(url: str, *, sqlite_busy_timeout: float = 5.0, **kwargs: Any) ->
     if backend == "postgresql":
         # Without a connect timeout a network partition hangs requests in connect() until
         # the web server kills its worker; with one, the receiver answers 503 in time.
-        if "connect_timeout" not in parsed.query:
-            kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 5)
+        # Keepalives and a TCP user timeout: an established connection whose peer vanished
+        # (a partition that drops packets) fails in seconds instead of hanging for minutes.
+        defaults = {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 2,
+            "tcp_user_timeout": 10_000,
+        }
+        connect_args = kwargs.setdefault("connect_args", {})
+        for name, value in defaults.items():
+            if name not in parsed.query:
+                connect_args.setdefault(name, value)
         kwargs.setdefault("pool_pre_ping", True)
         kwargs.setdefault("pool_size", 5)
         kwargs.setdefault("max_overflow", 10)
@@ -77,7 +89,10 @@ def _configure_sqlite(engine: Engine, *, memory: bool, busy_ms: int) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the lock up front (a read-then-write transaction can then never fail
+        # to upgrade); readers use a deferred BEGIN and read the WAL snapshot without it.
+        deferred = conn.get_execution_options().get(READ_ONLY_OPTION)
+        conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,14 @@ class MigrationTree:
 
 
 RECEIVER_MIGRATIONS = MigrationTree(MIGRATIONS_DIR, VERSION_TABLE)
+
+
+READ_ONLY_OPTION = "hookledger_read_only"
+
+
+def read_only(engine: Engine) -> Engine:
+    """The same engine (same pool) for transactions that only read."""
+    return engine.execution_options(**{READ_ONLY_OPTION: True})
 
 
 def _alembic_config(engine: Engine, tree: MigrationTree) -> Config:

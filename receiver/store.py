@@ -45,6 +45,7 @@ from sqlalchemy.orm import Session
 
 from receiver import guard
 from receiver.clock import Clock, as_utc, utcnow
+from receiver.db import read_only
 from receiver.errors import StorageUnavailable
 from receiver.events import Event
 from receiver.models import (
@@ -181,6 +182,10 @@ class Store:
         self.retry = retry or RetryPolicy()
         self._rng = rng or random.Random()
         self._pg = engine.dialect.name == "postgresql"
+        #: SQLite: one writer at a time for the whole database (the worker yields to others).
+        self.single_writer = engine.dialect.name == "sqlite"
+        #: For reads: on SQLite a plain (deferred) BEGIN, so reads never queue for the lock.
+        self.reader = read_only(engine)
 
     def __repr__(self) -> str:
         return f"Store(dialect={self.engine.dialect.name!r})"
@@ -788,7 +793,7 @@ class Store:
         query = query.where(*_filter_clauses(flt))
         if flt.limit:
             query = query.limit(flt.limit)
-        with Session(self.engine) as session:
+        with Session(self.reader) as session:
             return list(session.scalars(query))
 
     def requeue(self, flt: EventFilter, *, dry_run: bool = False) -> list[InboxEvent]:
@@ -838,7 +843,7 @@ class Store:
         out: list[tuple[InboxEvent, str]] = []
         for original in chosen:
             assert original.id is not None
-            with self.engine.connect() as conn:
+            with self.reader.connect() as conn:
                 n = conn.execute(
                     select(func.count()).select_from(E).where(E.c.replay_of == original.id)
                 ).scalar_one()
@@ -885,32 +890,44 @@ class Store:
                 conn.execute(delete(C).where(C.c.received_at < cutoff))
         return {"events": events, "conflicts": conflicts}
 
+    def health(self) -> tuple[dict[str, int], float | None]:
+        """Counts by status and the age of the oldest open event, read in a transaction that
+        could write: on SQLite that needs the write lock, so a health check fails exactly
+        when webhooks could not be stored."""
+        with self.engine.begin() as conn:
+            rows = conn.execute(select(E.c.status, func.count()).group_by(E.c.status)).all()
+            oldest = conn.execute(
+                select(func.min(E.c.received_at)).where(E.c.status.in_(EventStatus.OPEN))
+            ).scalar()
+        age = None if oldest is None else (self.now() - as_utc(oldest)).total_seconds()
+        return {row[0]: int(row[1]) for row in rows}, age
+
     def counts(self) -> dict[str, int]:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             rows = conn.execute(select(E.c.status, func.count()).group_by(E.c.status)).all()
         return {row[0]: int(row[1]) for row in rows}
 
     def get(self, event_id: str) -> InboxEvent | None:
-        with Session(self.engine) as session:
+        with Session(self.reader) as session:
             return session.scalars(
                 select(InboxEvent).where(InboxEvent.event_id == event_id)  # type: ignore[arg-type]
             ).first()
 
     def handler_runs(self, event_pk: int) -> dict[str, HandlerRun]:
-        with Session(self.engine) as session:
+        with Session(self.reader) as session:
             rows = session.scalars(
                 select(HandlerRun).where(HandlerRun.event_pk == event_pk)  # type: ignore[arg-type]
             )
             return {r.handler: r for r in rows}
 
     def projection(self, kind: str, object_id: str) -> Projection | None:
-        with Session(self.engine) as session:
+        with Session(self.reader) as session:
             return session.get(Projection, (kind, object_id))
 
     def projections(self, kind: str, object_ids: Sequence[str]) -> Mapping[str, Projection]:
         if not object_ids:
             return {}
-        with Session(self.engine) as session:
+        with Session(self.reader) as session:
             rows = session.scalars(
                 select(Projection).where(
                     Projection.object_kind == kind,  # type: ignore[arg-type]
@@ -921,7 +938,7 @@ class Store:
 
     def oldest_open_age(self) -> float | None:
         """Seconds since the oldest open event arrived (a health signal), or ``None``."""
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             oldest = conn.execute(
                 select(func.min(E.c.received_at)).where(E.c.status.in_(EventStatus.OPEN))
             ).scalar()

@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from functools import partial
@@ -23,6 +24,9 @@ from receiver.registry import Registry
 from receiver.store import Claimed, Outcome, Store, Work
 
 log = logging.getLogger("receiver.worker")
+
+#: Longer than SQLite's longest busy-handler sleep (100 ms).
+SQLITE_LONG_PAUSE = 0.11
 
 
 def worker_name() -> str:
@@ -121,13 +125,31 @@ class Worker:
         heartbeat.start()
         try:
             works = [work for claimed in batch if (work := self._work(claimed)) is not None]
-            outcomes = self.store.dispatch_many(works)
+            if self.store.single_writer:
+                outcomes = self._dispatch_yielding(works)
+            else:
+                outcomes = self.store.dispatch_many(works)
         finally:
             heartbeat.stop()
         for work, outcome in zip(works, outcomes, strict=True):
             self._log(work.claimed, outcome)
         self.processed += len(batch)
         return len(batch)
+
+    def _dispatch_yielding(self, works: list[Work]) -> list[Outcome]:
+        """SQLite has one writer at a time, and a writer waiting for the lock (a webhook being
+        stored) sleeps between attempts, up to 100 ms: a worker committing back to back would
+        starve it into a 503. So on SQLite each event gets its own transaction, and the
+        worker then leaves the lock free: as long as the transaction took (at least 2 ms), or
+        110 ms after a transaction of 50 ms or more, so that any waiter's next attempt lands
+        in the gap."""
+        outcomes: list[Outcome] = []
+        for work in works:
+            started = time.monotonic()
+            outcomes.extend(self.store.dispatch_many([work]))
+            held = time.monotonic() - started
+            self.stopping.wait(SQLITE_LONG_PAUSE if held >= 0.05 else max(0.002, held))
+        return outcomes
 
     def process(self, claimed: Claimed) -> str:
         """Guard ``claimed`` and run its pending handlers; return the status written."""

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Engine, Table, and_, delete, func, select, te
 from sqlalchemy.dialects import postgresql, sqlite
 
 from receiver.clock import Clock, as_utc, utcnow
-from receiver.db import MigrationTree
+from receiver.db import MigrationTree, read_only
 from receiver.models import Projection
 from reconcile.errors import ReconcileLocked
 from reconcile.models import ReconcileRun, RunLock, SeenObject, Watermark
@@ -41,6 +41,7 @@ class ReconcileStore:
         self.engine = engine
         self.clock = clock
         self._pg = engine.dialect.name == "postgresql"
+        self.reader = read_only(engine)
 
     def __repr__(self) -> str:
         return f"ReconcileStore(dialect={self.engine.dialect.name!r})"
@@ -54,7 +55,7 @@ class ReconcileStore:
     # -- watermarks ------------------------------------------------------------------------
 
     def watermark(self, kind: str) -> datetime | None:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             value = conn.execute(select(W.c.high_water).where(W.c.kind == kind)).scalar()
         return as_utc(value) if value is not None else None
 
@@ -99,12 +100,12 @@ class ReconcileStore:
             conn.execute(delete(S).where(S.c.run_id == run_id))
 
     def runs(self, limit: int = 10) -> list[ReconcileRun]:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             rows = conn.execute(select(R).order_by(R.c.id.desc()).limit(limit)).all()
         return [ReconcileRun(**row._mapping) for row in rows]
 
     def running(self) -> ReconcileRun | None:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             row = conn.execute(
                 select(R).where(R.c.status == "running").order_by(R.c.id.desc()).limit(1)
             ).first()
@@ -131,7 +132,7 @@ class ReconcileStore:
             .where(S.c.run_id == run_id, S.c.kind == kind, S.c.object_id == P.c.object_id)
             .exists(),
         )
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             count = conn.execute(select(func.count()).select_from(P).where(unseen)).scalar_one()
             ids = conn.execute(
                 select(P.c.object_id).where(unseen).order_by(P.c.object_id).limit(sample)
@@ -142,7 +143,7 @@ class ReconcileStore:
         """Projected status of each of ``object_ids`` that has one."""
         if not object_ids:
             return {}
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             rows = conn.execute(
                 select(P.c.object_id, P.c.status).where(
                     P.c.object_kind == kind, P.c.object_id.in_(list(object_ids))
