@@ -216,44 +216,10 @@ class Store:
         duplicate; with a different body it is kept in the conflicts table and flagged.
         Raises :class:`StorageUnavailable` when the database cannot be reached.
         """
-        if source not in Source.ALL:
-            raise ValueError(f"unknown source {source!r}")
         now = self.now()
-        digest = body_sha256(body)
-        header_json = clean_headers(headers)
-        ref = event.object_ref
-        event_time = as_utc(event.timestamp) if event.timestamp else now
-        created = event.object.created_time if event.object is not None else None
-        if ref is not None and ref.object_id:
-            kind: str | None = ref.kind
-            object_id: str | None = ref.object_id
-            object_key = f"{ref.kind}:{ref.object_id}"
-            object_status = ref.status
-        else:
-            kind = object_id = object_status = None
-            object_key = f"event:{event.event_id}"
-        values = dict(
-            event_id=event.event_id,
-            source=source,
-            merchant_id=_clip(event.merchant_id, 255),
-            event_type=_clip(event.event_type, 64),
-            content_type=_clip(event.content_type, 64),
-            object_kind=kind,
-            object_id=_clip(object_id, 255),
-            object_status=_clip(object_status, 64),
-            object_key=object_key[:300],
-            event_time=event_time,
-            object_created_at=created,
-            received_at=now,
-            body=body,
-            headers=header_json,
-            body_sha256=digest,
-            secret_id=secret_id,
-            replay_of=replay_of,
-            status=EventStatus.PENDING,
-            attempts=0,
-            next_attempt_at=now,
-        )
+        values = self._row(event, body, now, headers, secret_id, source, replay_of)
+        digest = values["body_sha256"]
+        header_json = values["headers"]
         stmt: Insert = (
             self._insert(E)
             .values(**values)
@@ -292,6 +258,81 @@ class Store:
             if not _is_unavailable(exc):
                 raise
             raise StorageUnavailable() from exc
+
+    def _row(
+        self,
+        event: Event,
+        body: bytes,
+        now: datetime,
+        headers: Iterable[tuple[str, str]],
+        secret_id: str | None,
+        source: str,
+        replay_of: int | None,
+    ) -> dict[str, Any]:
+        """The inbox row of a delivery."""
+        if source not in Source.ALL:
+            raise ValueError(f"unknown source {source!r}")
+        ref = event.object_ref
+        if ref is not None and ref.object_id:
+            kind: str | None = ref.kind
+            object_id: str | None = ref.object_id
+            object_key = f"{ref.kind}:{ref.object_id}"
+            object_status = ref.status
+        else:
+            kind = object_id = object_status = None
+            object_key = f"event:{event.event_id}"
+        return dict(
+            event_id=event.event_id,
+            source=source,
+            merchant_id=_clip(event.merchant_id, 255),
+            event_type=_clip(event.event_type, 64),
+            content_type=_clip(event.content_type, 64),
+            object_kind=kind,
+            object_id=_clip(object_id, 255),
+            object_status=_clip(object_status, 64),
+            object_key=object_key[:300],
+            event_time=as_utc(event.timestamp) if event.timestamp else now,
+            object_created_at=event.object.created_time if event.object is not None else None,
+            received_at=now,
+            body=body,
+            headers=clean_headers(headers),
+            body_sha256=body_sha256(body),
+            secret_id=secret_id,
+            replay_of=replay_of,
+            status=EventStatus.PENDING,
+            attempts=0,
+            next_attempt_at=now,
+        )
+
+    def insert_synthesised(self, events: Sequence[tuple[Event, bytes]]) -> dict[str, str]:
+        """Insert the reconciler's synthesised events in one transaction (insert-or-ignore).
+
+        Returns ``{event_id: "inserted" | <status of the row already there>}``. A synthesised
+        id is deterministic per transition while the remote object's body may have changed
+        since (a later refund, say), so a different body under a known id is no conflict.
+        """
+        if not events:
+            return {}
+        now = self.now()
+        rows = [self._row(e, b, now, (), None, Source.RECONCILE, None) for e, b in events]
+        stmt = self._insert(E).on_conflict_do_nothing(index_elements=["event_id"])
+        try:
+            with self.engine.begin() as conn:
+                inserted = {r[0] for r in conn.execute(stmt.returning(E.c.event_id), rows)}
+                others = [r["event_id"] for r in rows if r["event_id"] not in inserted]
+                found: dict[str, str] = {}
+                if others:
+                    found = {
+                        r[0]: r[1]
+                        for r in conn.execute(
+                            select(E.c.event_id, E.c.status).where(E.c.event_id.in_(others))
+                        )
+                    }
+        except DBAPIError as exc:
+            if not _is_unavailable(exc):
+                raise
+            raise StorageUnavailable() from exc
+        return {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
 
     # -- claim and lease ------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.events import parse_event
-from receiver.models import EventStatus, Source
+from receiver.models import EventStatus
 from receiver.store import Store
 from receiver.worker import worker_name
 from reconcile import diff
@@ -335,6 +335,7 @@ class Reconciler:
         local = self.store.projected(kind, list(remote))
         self.store.mark_seen(run_id, kind, remote)
         now = as_utc(self.clock())
+        missed: list[tuple[diff.Finding, bytes]] = []
         for object_id, obj in remote.items():
             report.checked += 1
             finding = diff.compare(kind, object_id, diff.status_of(kind, obj), local.get(object_id))
@@ -350,28 +351,29 @@ class Reconciler:
                     report.local_ahead_sample.append(
                         f"{object_id}: local {finding.local_status}, remote {finding.remote_status}"
                     )
-            else:
+            elif options.dry_run:
                 assert finding.event_type is not None
-                if options.dry_run:
-                    report.recovered[finding.event_type] += 1
-                    continue
+                report.recovered[finding.event_type] += 1
+            else:
                 body = diff.synthesise(finding, obj, merchant_id=options.merchant_id, now=now)
-                outcome = self.inbox.insert(parse_event(body), body, source=Source.RECONCILE)
-                if outcome.result == "inserted":
-                    report.recovered[finding.event_type] += 1
-                    continue
-                existing = self.inbox.get(
-                    diff.synthetic_event_id(kind, object_id, finding.event_type)
-                )
-                if existing is not None and existing.status in EventStatus.OPEN:
-                    report.already_queued += 1  # recovered earlier; the worker has not run yet
-                else:
-                    # Recovered before, yet the projection still disagrees (the event was stale,
-                    # a duplicate or dead-lettered): a person should look.
-                    report.mismatched += 1
-                    if len(report.mismatched_sample) < 20:
-                        state = existing.status if existing is not None else "missing"
-                        report.mismatched_sample.append(
-                            f"{object_id}: local {finding.local_status}, "
-                            f"remote {finding.remote_status}, recovery event {state}"
-                        )
+                missed.append((finding, body))
+        if not missed:
+            return
+        results = self.inbox.insert_synthesised([(parse_event(b), b) for _, b in missed])
+        for finding, _body in missed:
+            assert finding.event_type is not None
+            event_id = diff.synthetic_event_id(kind, finding.object_id, finding.event_type)
+            state = results[event_id]
+            if state == "inserted":
+                report.recovered[finding.event_type] += 1
+            elif state in EventStatus.OPEN:
+                report.already_queued += 1  # recovered earlier; the worker has not run yet
+            else:
+                # Recovered before, yet the projection still disagrees (the event was stale,
+                # a duplicate or dead-lettered): a person should look.
+                report.mismatched += 1
+                if len(report.mismatched_sample) < 20:
+                    report.mismatched_sample.append(
+                        f"{finding.object_id}: local {finding.local_status}, "
+                        f"remote {finding.remote_status}, recovery event {state}"
+                    )
