@@ -1,0 +1,345 @@
+"""Receive: acknowledged events/s and ack latency through gunicorn on loopback.
+
+For each database, hookledger's app and the yardstick app (:mod:`bench.yardstick`) run side
+by side under the same gunicorn configuration; the load alternates between them (ABAB...).
+
+* Throughput: ``wrk`` (closed loop, ``-t1 -c<connections>``) with :file:`bench/post.lua`,
+  which posts pre-generated bodies, each with a unique ``event_id`` and its own HMAC-SHA512.
+  Acknowledged = 2xx answers; every acknowledged event is checked to be in the database.
+* Latency at half load: the open-loop client :mod:`bench.loadgen` (several processes) at 50 %
+  of the yardstick's median throughput, latency measured from each request's due time. The
+  same client against ``GET /ping`` on the same gunicorn gives the client's own floor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bench import profiling
+from bench.bodies import write_pool
+from bench.common import (
+    ROOT,
+    Backend,
+    Database,
+    Gunicorn,
+    GunicornConfig,
+    Row,
+    Section,
+    child_env,
+    database,
+    fmt,
+    log,
+    median,
+    migrate,
+    percentile,
+)
+from bench.yardstick import YARDSTICK_TABLE
+
+APPS = {
+    "hookledger": "bench.yardstick:create_hookledger_app()",
+    "yardstick": "bench.yardstick:create_app()",
+}
+COUNT_SQL = {
+    "hookledger": "SELECT count(*) FROM hookledger_event",
+    "yardstick": f"SELECT count(*) FROM {YARDSTICK_TABLE}",
+}
+LUA = Path(__file__).with_name("post.lua")
+P99_TARGET_MS = 20.0
+THROUGHPUT_TARGET = 0.8
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReceiveConfig:
+    backends: tuple[Backend, ...] = ("sqlite", "postgresql")
+    rounds: int = 3
+    duration: float = 8.0
+    warmup: float = 2.0
+    connections: int = 16
+    rate_rounds: int = 2
+    rate_duration: float = 8.0
+    loadgen_procs: int = 4
+    loadgen_threads: int = 8
+    gunicorn: GunicornConfig = field(default_factory=GunicornConfig)
+    ping_seconds: float = 3.0
+    profile: bool | None = None  # None: only when a target is missed
+    profile_seconds: float = 6.0
+
+
+@dataclass
+class WrkResult:
+    acked: int
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    stored: int
+
+    def as_text(self) -> str:
+        return f"{fmt(self.rate)}/s (p50 {fmt(self.p50_ms)} ms, p99 {fmt(self.p99_ms)} ms)"
+
+
+def _wrk(url: str, pool: Path | None, seconds: float, connections: int) -> dict[str, float]:
+    args = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s"]
+    args += ["-s", str(LUA), url, "--", str(pool) if pool else "-", "1"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 120, cwd=ROOT)
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH_JSON "):
+            result: dict[str, float] = json.loads(line.removeprefix("BENCH_JSON "))
+            return result
+    raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stdout[-800:]} {proc.stderr[-800:]}")
+
+
+def _count(engine: sa.Engine, app: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(COUNT_SQL[app])).scalar_one())
+
+
+class _Bench:
+    def __init__(self, cfg: ReceiveConfig, db: Database, workdir: Path, section: Section):
+        self.cfg = cfg
+        self.db = db
+        self.workdir = workdir
+        self.section = section
+        self.engine = db.engine()
+        self.servers: dict[str, Gunicorn] = {}
+        self.pool_rate = 3000.0  # requests/s a pool is sized for (adjusted after warmup)
+        self.pools = 0
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+        self.engine.dispose()
+
+    def start(self) -> None:
+        for app, target in APPS.items():
+            self.servers[app] = Gunicorn(target, db=self.db, config=self.cfg.gunicorn)
+        for server in self.servers.values():
+            server.wait_ready()
+
+    def pool(self, seconds: float) -> Path:
+        self.pools += 1
+        path = self.workdir / f"pool-{self.pools}.txt"
+        return write_pool(path, max(500, math.ceil(self.pool_rate * seconds * 1.5)))
+
+    def wrk(self, app: str, seconds: float) -> WrkResult:
+        server = self.servers[app]
+        for attempt in (1, 2):
+            pool = self.pool(seconds)
+            before = _count(self.engine, app)
+            out = _wrk(server.base + "/webhooks/", pool, seconds, self.cfg.connections)
+            stored = _count(self.engine, app) - before
+            pool.unlink()
+            if out["wraps"] and attempt == 1:
+                self.pool_rate *= 3
+                log(f"  pool too small for {app} (reused bodies); again with a bigger one")
+                continue
+            break
+        errors = int(
+            out["status_errors"] + out["connect_errors"] + out["read_errors"] + out["timeouts"]
+        )
+        acked = int(out["requests"] - out["status_errors"])
+        if stored < acked - int(out["read_errors"] + out["timeouts"]):
+            raise RuntimeError(f"{app}: {acked} acknowledged but only {stored} stored")
+        return WrkResult(
+            acked=acked,
+            rate=acked / (out["duration_us"] / 1e6),
+            p50_ms=out["p50_us"] / 1000,
+            p99_ms=out["p99_us"] / 1000,
+            errors=errors,
+            stored=stored,
+        )
+
+    def ping(self) -> float:
+        seconds = self.cfg.ping_seconds
+        out = _wrk(self.servers["yardstick"].base + "/ping", None, seconds, self.cfg.connections)
+        return float(out["requests"] / (out["duration_us"] / 1e6))
+
+    def open_loop(self, path: str, rate: float, seconds: float, post: bool) -> dict[str, float]:
+        procs = self.cfg.loadgen_procs
+        server = self.servers[path.split(":")[0]]
+        url = server.base + path.split(":", 1)[1]
+        pool = self.pool(seconds) if post else None
+        start_at = time.time() + 1.5
+        children = []
+        for i in range(procs):
+            args = [sys.executable, "-m", "bench.loadgen", "--url", url]
+            args += ["--rate", str(rate / procs), "--duration", str(seconds)]
+            args += ["--slice", f"{i}/{procs}", "--threads", str(self.cfg.loadgen_threads)]
+            args += ["--start-at", str(start_at)]
+            if pool is not None:
+                args += ["--pool", str(pool)]
+            children.append(
+                subprocess.Popen(
+                    args, env=child_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                )
+            )
+        latencies: list[float] = []
+        statuses: dict[str, int] = {}
+        late = queued = 0.0
+        for child in children:
+            out, err = child.communicate(timeout=seconds + 120)
+            if child.returncode != 0:
+                raise RuntimeError(f"loadgen failed: {err.decode()[-1000:]}")
+            data = json.loads(out.decode().strip().splitlines()[-1])
+            latencies += data["latencies_ms"]
+            for k, v in data["statuses"].items():
+                statuses[k] = statuses.get(k, 0) + v
+            late = max(late, data["release_late_p99_ms"])
+            queued = max(queued, data["queued_p99_ms"] or 0.0)
+        if pool is not None:
+            pool.unlink()
+        latencies.sort()
+        ok = sum(v for k, v in statuses.items() if k.startswith("2"))
+        return {
+            "p50": percentile(latencies, 50),
+            "p99": percentile(latencies, 99),
+            "max": latencies[-1] if latencies else float("nan"),
+            "ok": ok,
+            "sent": len(latencies),
+            "late_p99": late,
+            "queued_p99": queued,
+        }
+
+
+def run(cfg: ReceiveConfig, workdir: Path) -> Section:
+    section = Section(name="receive")
+    started = time.monotonic()
+    section.details.append(
+        f"Server: `{cfg.gunicorn.describe()}` for both apps (same process and thread count); "
+        f"throughput load: `wrk -t1 -c{cfg.connections}` for {cfg.duration:g} s per run, "
+        f"{cfg.rounds} rounds alternating hookledger/yardstick; latency load: "
+        f"{cfg.loadgen_procs} open-loop client processes x {cfg.loadgen_threads} connections "
+        f"for {cfg.rate_duration:g} s per run, {cfg.rate_rounds} rounds."
+    )
+    for backend in cfg.backends:
+        with database(backend, workdir, name=f"recv_{backend[:2]}") as db:
+            migrate(db)
+            bench = _Bench(cfg, db, workdir, section)
+            try:
+                _run_backend(cfg, bench, section)
+            finally:
+                bench.close()
+    section.seconds = time.monotonic() - started
+    return section
+
+
+def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
+    db = bench.db
+    log(f"receive on {db.label}: starting gunicorn x2")
+    bench.start()
+    warm = {app: bench.wrk(app, cfg.warmup) for app in APPS}
+    bench.pool_rate = max(200.0, 2.0 * max(w.rate for w in warm.values()))
+    ping = bench.ping()
+    results: dict[str, list[WrkResult]] = {app: [] for app in APPS}
+    for r in range(cfg.rounds):
+        for app in APPS:
+            res = bench.wrk(app, cfg.duration)
+            results[app].append(res)
+            log(f"  round {r + 1} {app:10s} {res.as_text()}")
+    rates = {app: [x.rate for x in res] for app, res in results.items()}
+    hl, ys = median(rates["hookledger"]), median(rates["yardstick"])
+    ratio = hl / ys
+    section.rows.append(
+        Row(
+            bench="receive",
+            case=f"{db.label}, throughput",
+            metric="acked events/s",
+            hookledger=hl,
+            yardstick=ys,
+            ratio=ratio,
+            target=f">= {THROUGHPUT_TARGET}x",
+            met=ratio >= THROUGHPUT_TARGET,
+            samples_a=rates["hookledger"],
+            samples_b=rates["yardstick"],
+        )
+    )
+    # Latency at half of the yardstick's throughput, open loop.
+    rate = ys / 2
+    floor = bench.open_loop("yardstick:/ping", rate, cfg.rate_duration, post=False)
+    lat: dict[str, list[dict[str, float]]] = {app: [] for app in APPS}
+    for r in range(cfg.rate_rounds):
+        for app in APPS:
+            out = bench.open_loop(f"{app}:/webhooks/", rate, cfg.rate_duration, post=True)
+            lat[app].append(out)
+            log(
+                f"  {rate:.0f}/s round {r + 1} {app:10s} p50 {out['p50']:.1f} ms "
+                f"p99 {out['p99']:.1f} ms ({int(out['ok'])}/{int(out['sent'])} ok)"
+            )
+    p99 = {app: median([x["p99"] for x in v]) for app, v in lat.items()}
+    p50 = {app: median([x["p50"] for x in v]) for app, v in lat.items()}
+    section.rows.append(
+        Row(
+            bench="receive",
+            case=f"{db.label}, p99 at {rate:.0f}/s (50% of yardstick)",
+            metric="p99 ack latency ms",
+            hookledger=p99["hookledger"],
+            yardstick=p99["yardstick"],
+            ratio=p99["hookledger"] / p99["yardstick"],
+            target=f"< {P99_TARGET_MS:g} ms",
+            met=p99["hookledger"] < P99_TARGET_MS,
+            unit="ms",
+            samples_a=[x["p99"] for x in lat["hookledger"]],
+            samples_b=[x["p99"] for x in lat["yardstick"]],
+        )
+    )
+    hl_sat = results["hookledger"]
+    ys_sat = results["yardstick"]
+    section.details += [
+        "",
+        f"**{db.label}**",
+        "",
+        "| run | hookledger | yardstick |",
+        "|---|---|---|",
+        *[
+            f"| wrk round {i + 1} | {a.as_text()} | {b.as_text()} |"
+            for i, (a, b) in enumerate(zip(hl_sat, ys_sat, strict=True))
+        ],
+        f"| saturated p50 / p99 ms (median) | {fmt(median([x.p50_ms for x in hl_sat]))} / "
+        f"{fmt(median([x.p99_ms for x in hl_sat]))} | {fmt(median([x.p50_ms for x in ys_sat]))}"
+        f" / {fmt(median([x.p99_ms for x in ys_sat]))} |",
+        *[
+            f"| open loop {rate:.0f}/s round {i + 1}: p50 / p99 / max ms | "
+            f"{fmt(a['p50'])} / {fmt(a['p99'])} / {fmt(a['max'])} | "
+            f"{fmt(b['p50'])} / {fmt(b['p99'])} / {fmt(b['max'])} |"
+            for i, (a, b) in enumerate(zip(lat["hookledger"], lat["yardstick"], strict=True))
+        ],
+        f"| open loop p50 (median) | {fmt(p50['hookledger'])} ms | {fmt(p50['yardstick'])} ms |",
+        "",
+        f"Context: `GET /ping` (no work) on the same gunicorn: {fmt(ping)} req/s with wrk; the "
+        f"open-loop client's floor at {rate:.0f}/s against `/ping`: p50 {fmt(floor['p50'])} ms, "
+        f"p99 {fmt(floor['p99'])} ms (scheduler late p99 {fmt(floor['late_p99'], 2)} ms), so "
+        "the client is not what limits either figure. Errors (non-2xx, socket): "
+        f"hookledger {sum(x.errors for x in hl_sat)}, yardstick {sum(x.errors for x in ys_sat)}.",
+        "",
+    ]
+    missed = any(not row.met for row in section.rows[-2:])
+    if cfg.profile or (cfg.profile is None and missed):
+        _profile(cfg, bench, section)
+
+
+def _profile(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
+    if profiling.py_spy() is None:
+        section.profiles.append("(py-spy not installed: no receive profile)")
+        return
+    server = bench.servers["hookledger"]
+    out = bench.workdir / f"recv-{bench.db.backend}.txt"
+    log(f"  profiling hookledger's gunicorn workers for {cfg.profile_seconds:g} s (py-spy)")
+    spy = profiling.Attach(server.pid, out, cfg.profile_seconds + 1)
+    bench.wrk("hookledger", cfg.profile_seconds)
+    spy.wait()
+    section.profiles.append(
+        profiling.summarize(
+            out,
+            title=f"receive, {bench.db.label}: hookledger's gunicorn workers under wrk",
+            focus=("receiver/", "bench/"),
+        )
+    )
+    out.unlink(missing_ok=True)
