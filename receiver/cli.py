@@ -73,16 +73,25 @@ def db_current() -> None:
 @click.option("--burst", is_flag=True, help="Exit when no event is due.")
 @click.option("--lease-seconds", type=float, default=None)
 @click.option("--poll-interval", type=float, default=None)
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=None)
 @click.option("--name", default=None, help="Worker name shown in lease columns.")
 @with_appcontext
 def worker_cmd(
-    burst: bool, lease_seconds: float | None, poll_interval: float | None, name: str | None
+    burst: bool,
+    lease_seconds: float | None,
+    poll_interval: float | None,
+    batch_size: int | None,
+    name: str | None,
 ) -> None:
     """Process events. SIGTERM finishes the current event, then exits."""
     state = _state()
     overrides = {
         k: v
-        for k, v in (("lease_seconds", lease_seconds), ("poll_interval", poll_interval))
+        for k, v in (
+            ("lease_seconds", lease_seconds),
+            ("poll_interval", poll_interval),
+            ("batch_size", batch_size),
+        )
         if v is not None
     }
     worker = state.worker(name=name, **overrides)

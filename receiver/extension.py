@@ -46,6 +46,7 @@ class ReceiverState:
         config = WorkerConfig(
             lease_seconds=overrides.get("lease_seconds", self.settings.lease_seconds),
             poll_interval=overrides.get("poll_interval", self.settings.poll_interval),
+            batch_size=int(overrides.get("batch_size", self.settings.batch_size)),
         )
         return Worker(self.store, self.registry, config, name=name)
 

@@ -20,6 +20,7 @@ from sqlalchemy import (
     MetaData,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlmodel import Field, SQLModel
 
@@ -73,6 +74,13 @@ class InboxEvent(Base, table=True):
         UniqueConstraint("event_id"),
         Index("ix_hookledger_event_due", "status", "next_attempt_at"),
         Index("ix_hookledger_event_object", "object_key", "event_time", "id"),
+        Index(
+            "ix_hookledger_event_open_due",
+            "next_attempt_at",
+            "id",
+            postgresql_where=text("status IN ('pending', 'processing')"),
+            sqlite_where=text("status IN ('pending', 'processing')"),
+        ),
     )
 
     id: int | None = Field(

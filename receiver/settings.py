@@ -24,6 +24,7 @@ DOCUMENTED: Mapping[str, str] = {
     "URL_PREFIX": "where the blueprint is mounted (default /webhooks)",
     "LEASE_SECONDS": "worker lease on an event, renewed while handlers run (default 60)",
     "POLL_INTERVAL": "worker sleep when idle, seconds (default 0.5)",
+    "BATCH_SIZE": "events a worker claims and commits together (default 32)",
     "MAX_ATTEMPTS": "attempts before an event is dead-lettered (default 8)",
     "BACKOFF_BASE": "first retry delay in seconds, doubled each attempt (default 2)",
     "BACKOFF_MAX": "largest retry delay in seconds (default 3600)",
@@ -46,6 +47,7 @@ class Settings:
     url_prefix: str = "/webhooks"
     lease_seconds: float = 60.0
     poll_interval: float = 0.5
+    batch_size: int = 32
     max_attempts: int = 8
     backoff_base: float = 2.0
     backoff_max: float = 3600.0
@@ -86,6 +88,7 @@ class Settings:
                 url_prefix=str(get("URL_PREFIX", "/webhooks")),
                 lease_seconds=float(get("LEASE_SECONDS", 60.0)),
                 poll_interval=float(get("POLL_INTERVAL", 0.5)),
+                batch_size=int(get("BATCH_SIZE", 32)),
                 max_attempts=int(get("MAX_ATTEMPTS", 8)),
                 backoff_base=float(get("BACKOFF_BASE", 2.0)),
                 backoff_max=float(get("BACKOFF_MAX", 3600.0)),
@@ -96,6 +99,8 @@ class Settings:
             raise ConfigurationError(f"invalid hookledger setting: {exc}") from exc
         if settings.max_body_bytes <= 0 or settings.lease_seconds <= 0:
             raise ConfigurationError("MAX_BODY_BYTES and LEASE_SECONDS must be positive")
+        if not 1 <= settings.batch_size <= 1000:
+            raise ConfigurationError("BATCH_SIZE must be between 1 and 1000")
         if settings.max_attempts < 1:
             raise ConfigurationError("MAX_ATTEMPTS must be at least 1")
         return settings

@@ -27,7 +27,6 @@ from typing import Any, Literal
 from sqlalchemy import (
     Connection,
     Engine,
-    Insert,
     Table,
     and_,
     bindparam,
@@ -67,6 +66,8 @@ H: Table = HandlerRun.__table__  # type: ignore[attr-defined]
 P: Table = Projection.__table__  # type: ignore[attr-defined]
 T: Table = Transition.__table__  # type: ignore[attr-defined]
 L: Table = ObjectLease.__table__  # type: ignore[attr-defined]
+
+_OPEN_SQL = text("hookledger_event.status IN ('pending', 'processing')")
 
 #: Headers never written to the inbox (they may carry credentials).
 REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
@@ -186,6 +187,10 @@ class Store:
         self.single_writer = engine.dialect.name == "sqlite"
         #: For reads: on SQLite a plain (deferred) BEGIN, so reads never queue for the lock.
         self.reader = read_only(engine)
+        # Built once: building the statement per request cost more than executing it.
+        self._insert_event: Any = (
+            self._insert(E).on_conflict_do_nothing(index_elements=["event_id"]).returning(E.c.id)
+        )
 
     def __repr__(self) -> str:
         return f"Store(dialect={self.engine.dialect.name!r})"
@@ -220,15 +225,9 @@ class Store:
         values = self._row(event, body, now, headers, secret_id, source, replay_of)
         digest = values["body_sha256"]
         header_json = values["headers"]
-        stmt: Insert = (
-            self._insert(E)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=["event_id"])
-            .returning(E.c.id)
-        )
         try:
             with self.engine.begin() as conn:
-                pk = conn.execute(stmt).scalar()
+                pk = conn.execute(self._insert_event, values).scalar()
                 if pk is not None:
                     return Inserted(result="inserted", pk=int(pk))
                 row = conn.execute(
@@ -364,7 +363,8 @@ class Store:
         now = self.now()
         expires = now + timedelta(seconds=lease_seconds)
         due = and_(
-            E.c.status.in_(EventStatus.OPEN),
+            # Literal, so the planner can always use the partial index over open events.
+            _OPEN_SQL,
             E.c.next_attempt_at <= now,
             or_(E.c.lease_expires_at.is_(None), E.c.lease_expires_at < now),
         )

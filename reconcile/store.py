@@ -124,6 +124,10 @@ class ReconcileStore:
         self, run_id: int, kind: str, start: datetime, end: datetime, *, sample: int = 20
     ) -> tuple[int, list[str]]:
         """Objects the projection knows, created in the window, that the processor did not list."""
+        if self._pg:
+            # Fresh statistics: with stale ones the planner nests loops over the seen ids.
+            with self.engine.begin() as conn:
+                conn.execute(text("ANALYZE hookledger_recon_seen"))
         unseen = and_(
             P.c.object_kind == kind,
             P.c.object_created_at >= as_utc(start),
@@ -133,11 +137,13 @@ class ReconcileStore:
             .exists(),
         )
         with self.reader.connect() as conn:
-            count = conn.execute(select(func.count()).select_from(P).where(unseen)).scalar_one()
-            ids = conn.execute(
-                select(P.c.object_id).where(unseen).order_by(P.c.object_id).limit(sample)
-            ).scalars()
-            return int(count), list(ids)
+            count = int(
+                conn.execute(select(func.count()).select_from(P).where(unseen)).scalar_one()
+            )
+            if not count:
+                return 0, []
+            ids = conn.execute(select(P.c.object_id).where(unseen).limit(sample)).scalars()
+            return count, sorted(ids)
 
     def projected(self, kind: str, object_ids: Sequence[str]) -> dict[str, str]:
         """Projected status of each of ``object_ids`` that has one."""
