@@ -709,6 +709,8 @@ class Store:
                 if savepoint is not None:
                     session.flush()
             except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+                if isinstance(exc, DBAPIError) and _is_unavailable(exc):
+                    raise  # the database failed, not the handler: abort the batch
                 if savepoint is not None:
                     savepoint.rollback()
                 ledger.append(_ledger_row(claimed.pk, name, "failed", _describe(exc), now))

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from functools import partial
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 
 from receiver.errors import MalformedEvent
 from receiver.events import parse_event
@@ -78,11 +78,11 @@ class Worker:
         while not self.stopping.is_set():
             try:
                 worked = self.run_once()
-            except DBAPIError as exc:
+            except SQLAlchemyError as exc:  # the database went away mid-batch, for example
                 log.error(
                     "storage unavailable, retrying in %.1f s: %s",
                     pause,
-                    type(exc.orig or exc).__name__,
+                    type(getattr(exc, "orig", None) or exc).__name__,
                     extra={"action": "worker_storage_error", "worker": self.name},
                 )
                 self.stopping.wait(pause)

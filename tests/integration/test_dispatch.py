@@ -388,3 +388,26 @@ def test_prune_keeps_open_and_dead_events_and_the_guard(engine: sa.Engine) -> No
     again = store.get("evt_old_again")
     assert again is not None and again.status in ("duplicate", "stale")
     assert store.prune(timedelta(days=90), include_dead=True)["events"] == 1
+
+
+def test_a_database_failure_inside_a_handler_aborts_the_batch_not_the_worker(
+    engine: sa.Engine,
+) -> None:
+    """Regression: a connection lost while a handler ran was recorded as the handler's
+    failure, and the next statement's PendingRollbackError killed the worker process."""
+    store = Store(engine, retry=RetryPolicy(max_attempts=5))
+    registry = Registry()
+
+    @registry.on_any(name="db_lost")
+    def db_lost(event: Event, session: Session) -> None:
+        raise sa.exc.OperationalError(
+            "SELECT 1", {}, Exception("server closed the connection"), connection_invalidated=True
+        )
+
+    event = _insert(store, "payment_succeeded", at=T0, object_id="pay_db_lost")
+    worker = Worker(store, registry, name="w")
+    worker.config = type(worker.config)(lease_seconds=30, poll_interval=0.01)
+    assert worker.run(burst=True) == 0  # survived; the event stays leased until it expires
+    row = store.get(event.event_id)
+    assert row is not None and row.status == "processing"
+    assert store.handler_runs(row.id or 0) == {}
