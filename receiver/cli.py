@@ -264,7 +264,8 @@ def events_cmd(
 def stats_cmd(as_json: bool) -> None:
     """Counts by status and the age of the oldest open event."""
     store = _state().store
-    payload = {"events": store.counts(), "oldest_open_age_seconds": store.oldest_open_age()}
+    counts, age = store.health()
+    payload = {"events": counts, "oldest_open_age_seconds": age}
     if as_json:
         click.echo(json.dumps(payload))
     else:

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -938,17 +938,16 @@ class Store:
         could write: on SQLite that needs the write lock, so a health check fails exactly
         when webhooks could not be stored."""
         with self.engine.begin() as conn:
-            rows = conn.execute(select(E.c.status, func.count()).group_by(E.c.status)).all()
+            counts = _status_counts(conn)
             oldest = conn.execute(
                 select(func.min(E.c.received_at)).where(E.c.status.in_(EventStatus.OPEN))
             ).scalar()
         age = None if oldest is None else (self.now() - as_utc(oldest)).total_seconds()
-        return {row[0]: int(row[1]) for row in rows}, age
+        return counts, age
 
     def counts(self) -> dict[str, int]:
         with self.reader.connect() as conn:
-            rows = conn.execute(select(E.c.status, func.count()).group_by(E.c.status)).all()
-        return {row[0]: int(row[1]) for row in rows}
+            return _status_counts(conn)
 
     def get(self, event_id: str) -> InboxEvent | None:
         with Session(self.reader) as session:
@@ -967,32 +966,15 @@ class Store:
         with Session(self.reader) as session:
             return session.get(Projection, (kind, object_id))
 
-    def projections(self, kind: str, object_ids: Sequence[str]) -> Mapping[str, Projection]:
-        if not object_ids:
-            return {}
-        with Session(self.reader) as session:
-            rows = session.scalars(
-                select(Projection).where(
-                    Projection.object_kind == kind,  # type: ignore[arg-type]
-                    Projection.object_id.in_(object_ids),  # type: ignore[attr-defined]
-                )
-            )
-            return {p.object_id: p for p in rows}
-
-    def oldest_open_age(self) -> float | None:
-        """Seconds since the oldest open event arrived (a health signal), or ``None``."""
-        with self.reader.connect() as conn:
-            oldest = conn.execute(
-                select(func.min(E.c.received_at)).where(E.c.status.in_(EventStatus.OPEN))
-            ).scalar()
-        if oldest is None:
-            return None
-        return (self.now() - as_utc(oldest)).total_seconds()
-
 
 def _is_unavailable(exc: DBAPIError) -> bool:
     """Connection-level failures (server down, network cut, disk locked, schema missing)."""
     return isinstance(exc, (OperationalError, InterfaceError)) or exc.connection_invalidated
+
+
+def _status_counts(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(E.c.status, func.count()).group_by(E.c.status)).all()
+    return {row[0]: int(row[1]) for row in rows}
 
 
 def _filter_clauses(flt: EventFilter) -> list[Any]:
