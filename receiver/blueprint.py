@@ -6,6 +6,7 @@ Errors share the processor's error shape: ``{"error": {"type", "code", "message"
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,9 @@ def receive() -> tuple[Response, int]:
             "secret_id": secret_id,
         },
     )
-    return jsonify({"status": outcome.result, "event_id": event.event_id}), 200
+    # Built directly: Flask's jsonify costs more than the rest of the response path.
+    payload = json.dumps({"status": outcome.result, "event_id": event.event_id})
+    return Response(payload, mimetype="application/json"), 200
 
 
 def health() -> tuple[Response, int]:

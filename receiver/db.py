@@ -90,9 +90,12 @@ def _configure_sqlite(engine: Engine, *, memory: bool, busy_ms: int) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         # Writers take the lock up front (a read-then-write transaction can then never fail
-        # to upgrade); readers use a deferred BEGIN and read the WAL snapshot without it.
-        deferred = conn.get_execution_options().get(READ_ONLY_OPTION)
-        conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+        # to upgrade). Readers, and transactions whose first statement writes, use a deferred
+        # BEGIN: a reader reads the WAL snapshot without the lock; a write-first transaction
+        # takes it at its first statement, so it holds it no longer than it must. Sent on the
+        # driver connection directly: it is one statement per transaction on the hot path.
+        deferred = conn.get_execution_options().get(DEFERRED_BEGIN_OPTION)
+        conn.connection.driver_connection.execute("BEGIN" if deferred else "BEGIN IMMEDIATE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +109,22 @@ class MigrationTree:
 RECEIVER_MIGRATIONS = MigrationTree(MIGRATIONS_DIR, VERSION_TABLE)
 
 
-READ_ONLY_OPTION = "hookledger_read_only"
+DEFERRED_BEGIN_OPTION = "hookledger_deferred_begin"
 
 
 def read_only(engine: Engine) -> Engine:
     """The same engine (same pool) for transactions that only read."""
-    return engine.execution_options(**{READ_ONLY_OPTION: True})
+    return engine.execution_options(**{DEFERRED_BEGIN_OPTION: True})
+
+
+def write_first(engine: Engine) -> Engine:
+    """The same engine (same pool) for transactions whose *first* statement writes.
+
+    On SQLite that statement takes the write lock itself, so the transaction does not need
+    ``BEGIN IMMEDIATE`` (there is no earlier read whose lock could fail to upgrade) and holds
+    the lock only from its first write to its commit. Elsewhere it changes nothing.
+    """
+    return engine.execution_options(**{DEFERRED_BEGIN_OPTION: True})
 
 
 def _alembic_config(engine: Engine, tree: MigrationTree) -> Config:

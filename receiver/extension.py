@@ -86,6 +86,7 @@ class WebhookReceiver:
         )
         store = Store(
             engine,
+            write_wait=settings.sqlite_busy_timeout,
             retry=RetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_seconds=settings.backoff_base,

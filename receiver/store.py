@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import random
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -44,7 +45,7 @@ from sqlalchemy.orm import Session
 
 from receiver import guard
 from receiver.clock import Clock, as_utc, utcnow
-from receiver.db import read_only
+from receiver.db import read_only, write_first
 from receiver.errors import StorageUnavailable
 from receiver.events import Event
 from receiver.models import (
@@ -177,7 +178,11 @@ class Store:
         clock: Clock = utcnow,
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
+        write_wait: float = 5.0,
     ) -> None:
+        """``write_wait``: on SQLite, how long a delivery waits for this process's other
+        threads' inserts before it gives up with :class:`StorageUnavailable` (use the busy
+        timeout)."""
         self.engine = engine
         self.clock = clock
         self.retry = retry or RetryPolicy()
@@ -187,6 +192,13 @@ class Store:
         self.single_writer = engine.dialect.name == "sqlite"
         #: For reads: on SQLite a plain (deferred) BEGIN, so reads never queue for the lock.
         self.reader = read_only(engine)
+        #: For inserts (the first statement writes): on SQLite a deferred BEGIN.
+        self._write_first = write_first(engine)
+        #: SQLite: this process's threads queue for the write lock here, woken as soon as it
+        #: is free, rather than in SQLite's busy handler, which polls with sleeps of up to
+        #: 100 ms (that sleeping was the receive path's tail latency).
+        self._local_writer = threading.Lock() if self.single_writer else None
+        self._write_wait = write_wait
         # Built once: building the statement per request cost more than executing it.
         self._insert_event: Any = (
             self._insert(E).on_conflict_do_nothing(index_elements=["event_id"]).returning(E.c.id)
@@ -223,10 +235,24 @@ class Store:
         """
         now = self.now()
         values = self._row(event, body, now, headers, secret_id, source, replay_of)
+        local = self._local_writer
+        if local is not None and not local.acquire(timeout=self._write_wait):
+            log.error("webhook not stored: the database stayed locked", extra={"action": "busy"})
+            raise StorageUnavailable()
+        try:
+            return self._insert_row(event, body, values, now)
+        finally:
+            if local is not None:
+                local.release()
+
+    def _insert_row(
+        self, event: Event, body: bytes, values: dict[str, Any], now: datetime
+    ) -> Inserted:
         digest = values["body_sha256"]
         header_json = values["headers"]
+        source, secret_id = values["source"], values["secret_id"]
         try:
-            with self.engine.begin() as conn:
+            with self._write_first.begin() as conn:
                 pk = conn.execute(self._insert_event, values).scalar()
                 if pk is not None:
                     return Inserted(result="inserted", pk=int(pk))

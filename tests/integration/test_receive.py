@@ -227,3 +227,62 @@ def test_health_reports_counts(make_app: AppFactory) -> None:
     payload = app.test_client().get("/webhooks/health").get_json()
     assert payload["events"] == {"pending": 1}
     assert payload["oldest_open_age_seconds"] >= 0
+
+
+def _sqlite_statements(app: Flask) -> list[str]:
+    """Every statement the app's SQLite connections send from now on (BEGINs included)."""
+    engine = WebhookReceiver.state(app).store.engine
+    if engine.dialect.name != "sqlite":
+        pytest.skip("SQLite's transaction modes")
+    engine.dispose()
+    seen: list[str] = []
+
+    @sa.event.listens_for(engine, "connect")
+    def _trace(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.set_trace_callback(seen.append)
+
+    return seen
+
+
+def test_sqlite_insert_takes_the_write_lock_at_its_insert_not_at_begin(
+    make_app: AppFactory,
+) -> None:
+    # The insert's first statement writes, so a deferred BEGIN cannot fail to upgrade, and the
+    # lock is held only from the INSERT to the COMMIT (not while Python builds the row).
+    # Transactions that read before they write keep BEGIN IMMEDIATE.
+    app, _ = make_app()
+    seen = _sqlite_statements(app)
+    WebhookTestClient(app).send("payment_succeeded")
+    begins = [s for s in seen if s.startswith("BEGIN")]
+    first_insert = next(
+        i for i, s in enumerate(seen) if s.startswith("INSERT INTO hookledger_event")
+    )
+    assert begins == ["BEGIN"]
+    assert seen[first_insert - 1] == "BEGIN"
+    seen.clear()
+    WebhookReceiver.state(app).store.claim_batch("w1", 30, limit=1)
+    assert [s for s in seen if s.startswith("BEGIN")][0] == "BEGIN IMMEDIATE"
+
+
+def test_sqlite_writer_queue_timeout_gets_503_and_stores_nothing(tmp_path: Any) -> None:
+    # A delivery that waits longer than the busy timeout for this process's other writers
+    # answers 503 (the processor retries) rather than hanging; nothing is half-stored.
+    app = Flask("busy")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"sqlite:///{tmp_path / 'busy.sqlite3'}",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+        HOOKLEDGER_SQLITE_BUSY_TIMEOUT=0.2,
+        HOOKLEDGER_AUTO_MIGRATE=True,
+    )
+    WebhookReceiver(app)
+    store = WebhookReceiver.state(app).store
+    body = encode(build_event("payment_succeeded", event_id="evt_busy_1"))
+    lock = store._local_writer
+    assert lock is not None
+    with lock:  # another thread of this process is mid-insert
+        response = _post(app, body, signed_headers(body, SECRETS["primary"]))
+    assert response.status_code == 503
+    assert _count(app) == 0
+    assert _post(app, body, signed_headers(body, SECRETS["primary"])).status_code == 200
+    assert _count(app) == 1
+    store.engine.dispose()
