@@ -199,9 +199,11 @@ class Store:
         #: 100 ms (that sleeping was the receive path's tail latency).
         self._local_writer = threading.Lock() if self.single_writer else None
         self._write_wait = write_wait
-        # Built once: building the statement per request cost more than executing it.
+        # Built once: building the statement per request cost more than executing it. SQLite
+        # reports the new row's id as ``lastrowid`` (no RETURNING round through the cursor).
+        insert_event = self._insert(E).on_conflict_do_nothing(index_elements=["event_id"])
         self._insert_event: Any = (
-            self._insert(E).on_conflict_do_nothing(index_elements=["event_id"]).returning(E.c.id)
+            insert_event if self.single_writer else insert_event.returning(E.c.id)
         )
 
     def __repr__(self) -> str:
@@ -253,7 +255,11 @@ class Store:
         source, secret_id = values["source"], values["secret_id"]
         try:
             with self._write_first.begin() as conn:
-                pk = conn.execute(self._insert_event, values).scalar()
+                result = conn.execute(self._insert_event, values)
+                if self.single_writer:
+                    pk = result.lastrowid if result.rowcount == 1 else None
+                else:
+                    pk = result.scalar()
                 if pk is not None:
                     return Inserted(result="inserted", pk=int(pk))
                 row = conn.execute(
