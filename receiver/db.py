@@ -92,10 +92,11 @@ def _configure_sqlite(engine: Engine, *, memory: bool, busy_ms: int) -> None:
         # Writers take the lock up front (a read-then-write transaction can then never fail
         # to upgrade). Readers, and transactions whose first statement writes, use a deferred
         # BEGIN: a reader reads the WAL snapshot without the lock; a write-first transaction
-        # takes it at its first statement, so it holds it no longer than it must. Sent on the
-        # driver connection directly: it is one statement per transaction on the hot path.
+        # takes it at its first statement, so it holds it no longer than it must. (Sent through
+        # SQLAlchemy, which turns "database is locked" into its OperationalError: the
+        # receiver's 503 and the worker's retry depend on that.)
         deferred = conn.get_execution_options().get(DEFERRED_BEGIN_OPTION)
-        conn.connection.driver_connection.execute("BEGIN" if deferred else "BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
 
 
 @dataclass(frozen=True, slots=True)

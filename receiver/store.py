@@ -22,7 +22,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import (
@@ -30,13 +30,13 @@ from sqlalchemy import (
     Engine,
     Table,
     and_,
+    any_,
     bindparam,
     delete,
     func,
     or_,
     select,
     text,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -74,6 +74,67 @@ _OPEN_SQL = text("hookledger_event.status IN ('pending', 'processing')")
 REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
+
+# PostgreSQL: the per-batch writes as one statement each over parallel arrays (``unnest``).
+# The text is fixed whatever the batch size, so psycopg caches and prepares it; an executemany
+# would send one statement per row, and a multi-row VALUES list one placeholder per value.
+_PG_TAKE_LEASES = text(
+    "INSERT INTO hookledger_object_lease (object_key, owner, expires_at) "
+    "SELECT k, :owner, :expires FROM unnest(CAST(:keys AS text[])) AS k "
+    "ON CONFLICT (object_key) DO UPDATE "
+    "SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
+    "WHERE hookledger_object_lease.expires_at < :now "
+    "RETURNING object_key"
+)
+_PG_TRANSITIONS = text(
+    "INSERT INTO hookledger_transition (object_kind, object_id, event_type, event_pk, created_at) "
+    "SELECT * FROM unnest(CAST(:object_kind AS text[]), CAST(:object_id AS text[]), "
+    "CAST(:event_type AS text[]), CAST(:event_pk AS bigint[]), CAST(:created_at AS timestamp[])) "
+    "ON CONFLICT DO NOTHING"
+)
+_PG_PROJECTIONS = text(
+    "INSERT INTO hookledger_projection (object_kind, object_id, status, rank, event_time, "
+    "object_created_at, event_pk, updated_at) "
+    "SELECT * FROM unnest(CAST(:object_kind AS text[]), CAST(:object_id AS text[]), "
+    "CAST(:status AS text[]), CAST(:rank AS integer[]), CAST(:event_time AS timestamp[]), "
+    "CAST(:object_created_at AS timestamp[]), CAST(:event_pk AS bigint[]), "
+    "CAST(:updated_at AS timestamp[])) "
+    "ON CONFLICT (object_kind, object_id) DO UPDATE SET status = EXCLUDED.status, "
+    "rank = EXCLUDED.rank, event_time = EXCLUDED.event_time, "
+    "object_created_at = EXCLUDED.object_created_at, event_pk = EXCLUDED.event_pk, "
+    "updated_at = EXCLUDED.updated_at"
+)
+_PG_LEDGER = text(
+    "INSERT INTO hookledger_handler_run (event_pk, handler, status, attempts, last_error, "
+    "updated_at) "
+    "SELECT * FROM unnest(CAST(:event_pk AS bigint[]), CAST(:handler AS text[]), "
+    "CAST(:status AS text[]), CAST(:attempts AS integer[]), CAST(:last_error AS text[]), "
+    "CAST(:updated_at AS timestamp[])) "
+    "ON CONFLICT (event_pk, handler) DO UPDATE SET status = EXCLUDED.status, "
+    "attempts = hookledger_handler_run.attempts + 1, last_error = EXCLUDED.last_error, "
+    "updated_at = EXCLUDED.updated_at"
+)
+_PG_CLOSE_EVENTS = text(
+    "UPDATE hookledger_event AS e SET status = v.status, last_error = v.error, "
+    "next_attempt_at = v.next, processed_at = v.processed, lease_owner = NULL, "
+    "lease_expires_at = NULL "
+    "FROM unnest(CAST(:b_id AS bigint[]), CAST(:b_owner AS text[]), CAST(:b_status AS text[]), "
+    "CAST(:b_error AS text[]), CAST(:b_next AS timestamp[]), CAST(:b_processed AS timestamp[])) "
+    "AS v(id, owner, status, error, next, processed) "
+    "WHERE e.id = v.id AND e.lease_owner = v.owner"
+)
+
+
+def _arrays(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Rows as parallel arrays, one per key, for the ``unnest`` statements; times as naive
+    UTC, the form every time column holds."""
+    return {key: [_naive_utc(row[key]) for row in rows] for key in rows[0]}
+
+
+def _naive_utc(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -213,6 +274,15 @@ class Store:
 
     def _insert(self, table: Table) -> Any:
         return (postgresql.insert if self._pg else sqlite.insert)(table)
+
+    def _among(self, column: Any, values: Iterable[Any]) -> Any:
+        """``column IN (values)``. On PostgreSQL one array parameter (``= ANY(:values)``): the
+        statement is the same whatever the number of values, so it is compiled and prepared
+        once instead of re-rendered with one placeholder per value on every call."""
+        listed = list(values)
+        if self._pg:
+            return column == any_(bindparam(None, listed, type_=postgresql.ARRAY(column.type)))
+        return column.in_(listed)
 
     def now(self) -> datetime:
         return as_utc(self.clock())
@@ -356,7 +426,9 @@ class Store:
                     found = {
                         r[0]: r[1]
                         for r in conn.execute(
-                            select(E.c.event_id, E.c.status).where(E.c.event_id.in_(others))
+                            select(E.c.event_id, E.c.status).where(
+                                self._among(E.c.event_id, others)
+                            )
                         )
                     }
         except DBAPIError as exc:
@@ -431,12 +503,26 @@ class Store:
             claimed = self._mark_claimed(conn, heads[:limit], owner, expires)
             returned = set(leased) - {c.object_key for c in claimed}
             if returned:
-                conn.execute(delete(L).where(L.c.object_key.in_(returned), L.c.owner == owner))
+                conn.execute(
+                    delete(L).where(self._among(L.c.object_key, returned), L.c.owner == owner)
+                )
         return claimed
 
     def _take_object_leases(
         self, conn: Connection, keys: list[str], owner: str, now: datetime, expires: datetime
     ) -> list[str]:
+        if self._pg:
+            rows = conn.execute(
+                _PG_TAKE_LEASES,
+                {
+                    "keys": keys,
+                    "owner": owner,
+                    "expires": _naive_utc(expires),
+                    "now": _naive_utc(now),
+                },
+            )
+            taken = {row[0] for row in rows}
+            return [k for k in keys if k in taken]
         stmt = self._insert(L)
         stmt = stmt.on_conflict_do_update(
             index_elements=["object_key"],
@@ -460,7 +546,7 @@ class Store:
                 .over(partition_by=E.c.object_key, order_by=(E.c.event_time, E.c.id))
                 .label("position"),
             )
-            .where(E.c.object_key.in_(keys), E.c.status.in_(EventStatus.OPEN))
+            .where(self._among(E.c.object_key, keys), _OPEN_SQL)
             .subquery()
         )
         rows = {
@@ -479,7 +565,9 @@ class Store:
             free = {
                 int(row[0])
                 for row in conn.execute(
-                    select(E.c.id).where(E.c.id.in_(others)).with_for_update(skip_locked=True)
+                    select(E.c.id)
+                    .where(self._among(E.c.id, others))
+                    .with_for_update(skip_locked=True)
                 )
             }
         heads = []
@@ -520,7 +608,7 @@ class Store:
             return []
         conn.execute(
             update(E)
-            .where(E.c.id.in_([int(h.id) for h in heads]))
+            .where(self._among(E.c.id, [int(h.id) for h in heads]))
             .values(
                 status=EventStatus.PROCESSING,
                 lease_owner=owner,
@@ -558,12 +646,14 @@ class Store:
         with self.engine.begin() as conn:
             rows = conn.execute(
                 update(L)
-                .where(L.c.object_key.in_([c.object_key for c in claimed]), L.c.owner == owner)
+                .where(
+                    self._among(L.c.object_key, [c.object_key for c in claimed]), L.c.owner == owner
+                )
                 .values(expires_at=expires)
             ).rowcount
             conn.execute(
                 update(E)
-                .where(E.c.id.in_([c.pk for c in claimed]), E.c.lease_owner == owner)
+                .where(self._among(E.c.id, [c.pk for c in claimed]), E.c.lease_owner == owner)
                 .values(lease_expires_at=expires)
             )
         return int(rows)
@@ -689,32 +779,37 @@ class Store:
         owners: dict[tuple[Any, Any, Any], int] = {}
         currents: dict[tuple[Any, Any], guard.Projected] = {}
         typed = [c for c in guarded if c.event_type]
+        # Each column is matched against the set of its values (one array parameter on
+        # PostgreSQL, served by the primary key's index); the rows are then narrowed to the
+        # exact tuples here.
         if typed:
+            wanted = {(c.object_kind, c.object_id, c.event_type) for c in typed}
             rows = conn.execute(
                 select(T.c.object_kind, T.c.object_id, T.c.event_type, T.c.event_pk).where(
-                    tuple_(T.c.object_kind, T.c.object_id, T.c.event_type).in_(
-                        [(c.object_kind, c.object_id, c.event_type) for c in typed]
-                    )
+                    self._among(T.c.object_kind, {k for k, _, _ in wanted}),
+                    self._among(T.c.object_id, {i for _, i, _ in wanted}),
+                    self._among(T.c.event_type, {t for _, _, t in wanted}),
                 )
             )
-            owners = {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+            owners = {(r[0], r[1], r[2]): int(r[3]) for r in rows if (r[0], r[1], r[2]) in wanted}
         if guarded:
+            objects = {(c.object_kind, c.object_id) for c in guarded}
             projected = conn.execute(
                 select(P.c.object_kind, P.c.object_id, P.c.status, P.c.rank, P.c.event_time).where(
-                    tuple_(P.c.object_kind, P.c.object_id).in_(
-                        [(c.object_kind, c.object_id) for c in guarded]
-                    )
+                    self._among(P.c.object_kind, {k for k, _ in objects}),
+                    self._among(P.c.object_id, {i for _, i in objects}),
                 )
             )
             currents = {
                 (r[0], r[1]): guard.Projected(status=r[2], rank=int(r[3]), event_time=r[4])
                 for r in projected
+                if (r[0], r[1]) in objects
             }
         done: dict[int, set[str]] = {}
         retried = [w.claimed.pk for w in works]
         for pk, handler in conn.execute(
             select(H.c.event_pk, H.c.handler).where(
-                H.c.event_pk.in_(retried), H.c.status == "succeeded"
+                self._among(H.c.event_pk, retried), H.c.status == "succeeded"
             )
         ):
             done.setdefault(int(pk), set()).add(handler)
@@ -791,63 +886,83 @@ class Store:
         ledger: list[dict[str, Any]],
         finals: list[dict[str, Any]],
     ) -> None:
+        if self._pg:
+            for statement, rows in (
+                (_PG_TRANSITIONS, transitions),
+                (_PG_PROJECTIONS, projections),
+                (_PG_LEDGER, ledger),
+            ):
+                if rows:
+                    conn.execute(statement, _arrays(rows))
+            self._close_events(conn, finals)
+            return
         if transitions:
-            conn.execute(self._insert(T).on_conflict_do_nothing(), transitions)
+            conn.execute(
+                self._insert(T).on_conflict_do_nothing(),
+                transitions,
+            )
         if projections:
             stmt = self._insert(P)
-            conn.execute(
-                stmt.on_conflict_do_update(
-                    index_elements=["object_kind", "object_id"],
-                    set_={
-                        name: stmt.excluded[name]
-                        for name in (
-                            "status",
-                            "rank",
-                            "event_time",
-                            "object_created_at",
-                            "event_pk",
-                            "updated_at",
-                        )
-                    },
-                ),
-                projections,
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["object_kind", "object_id"],
+                set_={
+                    name: stmt.excluded[name]
+                    for name in (
+                        "status",
+                        "rank",
+                        "event_time",
+                        "object_created_at",
+                        "event_pk",
+                        "updated_at",
+                    )
+                },
             )
+            conn.execute(stmt, projections)
         if ledger:
             stmt = self._insert(H)
-            conn.execute(
-                stmt.on_conflict_do_update(
-                    index_elements=["event_pk", "handler"],
-                    set_={
-                        "status": stmt.excluded.status,
-                        "attempts": H.c.attempts + 1,
-                        "last_error": stmt.excluded.last_error,
-                        "updated_at": stmt.excluded.updated_at,
-                    },
-                ),
-                ledger,
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["event_pk", "handler"],
+                set_={
+                    "status": stmt.excluded.status,
+                    "attempts": H.c.attempts + 1,
+                    "last_error": stmt.excluded.last_error,
+                    "updated_at": stmt.excluded.updated_at,
+                },
             )
+            conn.execute(stmt, ledger)
         self._close_events(conn, finals)
 
     def _close_events(self, conn: Connection, finals: list[dict[str, Any]]) -> None:
         """Write the outcomes; raise :class:`_LeaseLost` unless this worker held every lease."""
-        written = conn.execute(
-            update(E)
-            .where(E.c.id == bindparam("b_id"), E.c.lease_owner == bindparam("b_owner"))
-            .values(
-                status=bindparam("b_status"),
-                last_error=bindparam("b_error"),
-                next_attempt_at=bindparam("b_next"),
-                processed_at=bindparam("b_processed"),
-                lease_owner=None,
-                lease_expires_at=None,
-            ),
-            finals,
-        ).rowcount
+        if self._pg:
+            written = conn.execute(_PG_CLOSE_EVENTS, _arrays(finals)).rowcount
+        else:
+            written = self._close_events_each(conn, finals)
         if written != len(finals):
             raise _LeaseLost()
         owner = finals[0]["b_owner"]
         conn.execute(
-            delete(L).where(L.c.object_key.in_([f["b_key"] for f in finals]), L.c.owner == owner)
+            delete(L).where(
+                self._among(L.c.object_key, [f["b_key"] for f in finals]), L.c.owner == owner
+            )
+        )
+
+    @staticmethod
+    def _close_events_each(conn: Connection, finals: list[dict[str, Any]]) -> int:
+        return int(
+            conn.execute(
+                update(E)
+                .where(E.c.id == bindparam("b_id"), E.c.lease_owner == bindparam("b_owner"))
+                .values(
+                    status=bindparam("b_status"),
+                    last_error=bindparam("b_error"),
+                    next_attempt_at=bindparam("b_next"),
+                    processed_at=bindparam("b_processed"),
+                    lease_owner=None,
+                    lease_expires_at=None,
+                ),
+                finals,
+            ).rowcount
         )
 
     def finish(self, claimed: Claimed, *, status: str, error: str | None = None) -> str | None:

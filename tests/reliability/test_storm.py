@@ -183,7 +183,9 @@ def test_duplicate_storm_two_hosts_sharing_one_postgresql(
     n, clients, copies = 80, 4, 3
     events = _events(n)
     runlog = tmp_path / "runlog.txt"
-    procs = Procs(tmp_path, database_url, RELAPP_RUNLOG=str(runlog))
+    # Handlers take a few milliseconds, so one worker cannot keep up alone and every
+    # worker of both hosts takes part (a fast worker would otherwise drain all 80 events).
+    procs = Procs(tmp_path, database_url, RELAPP_RUNLOG=str(runlog), RELAPP_SLEEP="0.005")
     try:
         ports = [free_port(), free_port()]
         while ports[1] == ports[0]:
