@@ -22,7 +22,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import (
@@ -89,16 +89,16 @@ _PG_TAKE_LEASES = text(
 _PG_TRANSITIONS = text(
     "INSERT INTO hookledger_transition (object_kind, object_id, event_type, event_pk, created_at) "
     "SELECT * FROM unnest(CAST(:object_kind AS text[]), CAST(:object_id AS text[]), "
-    "CAST(:event_type AS text[]), CAST(:event_pk AS bigint[]), CAST(:created_at AS timestamp[])) "
+    "CAST(:event_type AS text[]), CAST(:event_pk AS bigint[]), CAST(:created_at AS timestamptz[])) "
     "ON CONFLICT DO NOTHING"
 )
 _PG_PROJECTIONS = text(
     "INSERT INTO hookledger_projection (object_kind, object_id, status, rank, event_time, "
     "object_created_at, event_pk, updated_at) "
     "SELECT * FROM unnest(CAST(:object_kind AS text[]), CAST(:object_id AS text[]), "
-    "CAST(:status AS text[]), CAST(:rank AS integer[]), CAST(:event_time AS timestamp[]), "
-    "CAST(:object_created_at AS timestamp[]), CAST(:event_pk AS bigint[]), "
-    "CAST(:updated_at AS timestamp[])) "
+    "CAST(:status AS text[]), CAST(:rank AS integer[]), CAST(:event_time AS timestamptz[]), "
+    "CAST(:object_created_at AS timestamptz[]), CAST(:event_pk AS bigint[]), "
+    "CAST(:updated_at AS timestamptz[])) "
     "ON CONFLICT (object_kind, object_id) DO UPDATE SET status = EXCLUDED.status, "
     "rank = EXCLUDED.rank, event_time = EXCLUDED.event_time, "
     "object_created_at = EXCLUDED.object_created_at, event_pk = EXCLUDED.event_pk, "
@@ -109,7 +109,7 @@ _PG_LEDGER = text(
     "updated_at) "
     "SELECT * FROM unnest(CAST(:event_pk AS bigint[]), CAST(:handler AS text[]), "
     "CAST(:status AS text[]), CAST(:attempts AS integer[]), CAST(:last_error AS text[]), "
-    "CAST(:updated_at AS timestamp[])) "
+    "CAST(:updated_at AS timestamptz[])) "
     "ON CONFLICT (event_pk, handler) DO UPDATE SET status = EXCLUDED.status, "
     "attempts = hookledger_handler_run.attempts + 1, last_error = EXCLUDED.last_error, "
     "updated_at = EXCLUDED.updated_at"
@@ -119,22 +119,18 @@ _PG_CLOSE_EVENTS = text(
     "next_attempt_at = v.next, processed_at = v.processed, lease_owner = NULL, "
     "lease_expires_at = NULL "
     "FROM unnest(CAST(:b_id AS bigint[]), CAST(:b_owner AS text[]), CAST(:b_status AS text[]), "
-    "CAST(:b_error AS text[]), CAST(:b_next AS timestamp[]), CAST(:b_processed AS timestamp[])) "
+    "CAST(:b_error AS text[]), CAST(:b_next AS timestamptz[]), "
+    "CAST(:b_processed AS timestamptz[])) "
     "AS v(id, owner, status, error, next, processed) "
     "WHERE e.id = v.id AND e.lease_owner = v.owner"
 )
 
 
 def _arrays(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Rows as parallel arrays, one per key, for the ``unnest`` statements; times as naive
-    UTC, the form every time column holds."""
-    return {key: [_naive_utc(row[key]) for row in rows] for key in rows[0]}
-
-
-def _naive_utc(value: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(UTC).replace(tzinfo=None)
-    return value
+    """Rows as parallel arrays, one per key, for the ``unnest`` statements. Times stay aware
+    (the columns are ``timestamptz``): a naive value would be read in the session's time
+    zone."""
+    return {key: [row[key] for row in rows] for key in rows[0]}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -517,8 +513,8 @@ class Store:
                 {
                     "keys": keys,
                     "owner": owner,
-                    "expires": _naive_utc(expires),
-                    "now": _naive_utc(now),
+                    "expires": expires,
+                    "now": now,
                 },
             )
             taken = {row[0] for row in rows}

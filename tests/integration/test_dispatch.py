@@ -411,3 +411,52 @@ def test_a_database_failure_inside_a_handler_aborts_the_batch_not_the_worker(
     row = store.get(event.event_id)
     assert row is not None and row.status == "processing"
     assert store.handler_runs(row.id or 0) == {}
+
+
+def test_times_are_right_whatever_the_database_sessions_time_zone(
+    database_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every time written (arrival, retry, lease, processing, projection) is the same instant
+    when the database session's time zone is not UTC (libpq takes it from ``PGTZ``)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a session time zone is PostgreSQL's")
+    from receiver import db
+
+    monkeypatch.setenv("PGTZ", "America/New_York")
+    engine = db.make_engine(database_url)  # the fixture's engine migrated the schema
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW TimeZone").scalar() == "America/New_York"
+        clock = _Clock()
+        store = Store(engine, clock=clock, retry=RetryPolicy(max_attempts=5, base_seconds=100))
+        registry = Registry()
+
+        @registry.on_class("payments", name="h")
+        def handler(event: Event) -> None:
+            if event.object_ref is not None and event.object_ref.object_id == "pay_fails":
+                raise RuntimeError("boom")
+
+        ok = _insert(store, "payment_succeeded", at=T0, object_id="pay_tz")
+        bad = _insert(store, "payment_succeeded", at=T0, object_id="pay_fails")
+        worker = Worker(store, registry, name="w")
+        assert worker.drain() == 2
+        done, failed = store.get(ok.event_id), store.get(bad.event_id)
+        assert done is not None and failed is not None
+        assert (done.status, failed.status) == ("done", "pending")
+        assert done.processed_at is not None and done.processed_at == clock.now
+        assert done.received_at == clock.now
+        assert timedelta(seconds=50) <= failed.next_attempt_at - clock.now <= timedelta(seconds=100)
+        projection = store.projection("payment", "pay_tz")
+        assert projection is not None and projection.event_time == T0
+        runs = store.handler_runs(done.id or 0)
+        assert runs["h"].updated_at == clock.now
+        # The lease written by the claim expires at the right instant too.
+        _insert(store, "payment_succeeded", at=T0, object_id="pay_lease")
+        claimed = store.claim("w2", lease_seconds=30)
+        assert claimed is not None
+        clock.now += timedelta(seconds=29)
+        assert store.claim("w3", lease_seconds=30) is None
+        clock.now += timedelta(seconds=2)
+        assert store.claim("w3", lease_seconds=30) is not None
+    finally:
+        engine.dispose()
