@@ -24,7 +24,7 @@ DOCUMENTED: Mapping[str, str] = {
     "URL_PREFIX": "where the blueprint is mounted (default /webhooks)",
     "LEASE_SECONDS": "worker lease on an event, renewed while handlers run (default 60)",
     "POLL_INTERVAL": "worker sleep when idle, seconds (default 0.5)",
-    "BATCH_SIZE": "events a worker claims and commits together (default 32)",
+    "BATCH_SIZE": "events a worker claims and commits together (default 64)",
     "MAX_ATTEMPTS": "attempts before an event is dead-lettered (default 8)",
     "BACKOFF_BASE": "first retry delay in seconds, doubled each attempt (default 2)",
     "BACKOFF_MAX": "largest retry delay in seconds (default 3600)",
@@ -47,7 +47,7 @@ class Settings:
     url_prefix: str = "/webhooks"
     lease_seconds: float = 60.0
     poll_interval: float = 0.5
-    batch_size: int = 32
+    batch_size: int = 64
     max_attempts: int = 8
     backoff_base: float = 2.0
     backoff_max: float = 3600.0
@@ -88,7 +88,7 @@ class Settings:
                 url_prefix=str(get("URL_PREFIX", "/webhooks")),
                 lease_seconds=float(get("LEASE_SECONDS", 60.0)),
                 poll_interval=float(get("POLL_INTERVAL", 0.5)),
-                batch_size=int(get("BATCH_SIZE", 32)),
+                batch_size=int(get("BATCH_SIZE", 64)),
                 max_attempts=int(get("MAX_ATTEMPTS", 8)),
                 backoff_base=float(get("BACKOFF_BASE", 2.0)),
                 backoff_max=float(get("BACKOFF_MAX", 3600.0)),

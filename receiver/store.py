@@ -75,62 +75,97 @@ REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", 
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
 
-# PostgreSQL: the per-batch writes as one statement each over parallel arrays (``unnest``).
-# The text is fixed whatever the batch size, so psycopg caches and prepares it; an executemany
-# would send one statement per row, and a multi-row VALUES list one placeholder per value.
+# PostgreSQL: the per-batch writes are single statements over parallel arrays (``unnest``).
+# Their text is fixed whatever the batch size, so psycopg caches and prepares them; an
+# executemany would send one statement per row, a multi-row VALUES one placeholder per value.
 _PG_TAKE_LEASES = text(
     "INSERT INTO hookledger_object_lease (object_key, owner, expires_at) "
     "SELECT k, :owner, :expires FROM unnest(CAST(:keys AS text[])) AS k "
+    # Objects another claimer is leasing right now are skipped, never waited for.
+    "WHERE pg_try_advisory_xact_lock(hashtextextended('hookledger:' || k, 0)) "
     "ON CONFLICT (object_key) DO UPDATE "
     "SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
     "WHERE hookledger_object_lease.expires_at < :now "
     "RETURNING object_key"
 )
-_PG_TRANSITIONS = text(
-    "INSERT INTO hookledger_transition (object_kind, object_id, event_type, event_pk, created_at) "
-    "SELECT * FROM unnest(CAST(:object_kind AS text[]), CAST(:object_id AS text[]), "
-    "CAST(:event_type AS text[]), CAST(:event_pk AS bigint[]), CAST(:created_at AS timestamptz[])) "
-    "ON CONFLICT DO NOTHING"
-)
-_PG_PROJECTIONS = text(
-    "INSERT INTO hookledger_projection (object_kind, object_id, status, rank, event_time, "
-    "object_created_at, event_pk, updated_at) "
-    "SELECT * FROM unnest(CAST(:object_kind AS text[]), CAST(:object_id AS text[]), "
-    "CAST(:status AS text[]), CAST(:rank AS integer[]), CAST(:event_time AS timestamptz[]), "
-    "CAST(:object_created_at AS timestamptz[]), CAST(:event_pk AS bigint[]), "
-    "CAST(:updated_at AS timestamptz[])) "
-    "ON CONFLICT (object_kind, object_id) DO UPDATE SET status = EXCLUDED.status, "
-    "rank = EXCLUDED.rank, event_time = EXCLUDED.event_time, "
-    "object_created_at = EXCLUDED.object_created_at, event_pk = EXCLUDED.event_pk, "
-    "updated_at = EXCLUDED.updated_at"
-)
-_PG_LEDGER = text(
-    "INSERT INTO hookledger_handler_run (event_pk, handler, status, attempts, last_error, "
-    "updated_at) "
-    "SELECT * FROM unnest(CAST(:event_pk AS bigint[]), CAST(:handler AS text[]), "
-    "CAST(:status AS text[]), CAST(:attempts AS integer[]), CAST(:last_error AS text[]), "
-    "CAST(:updated_at AS timestamptz[])) "
-    "ON CONFLICT (event_pk, handler) DO UPDATE SET status = EXCLUDED.status, "
-    "attempts = hookledger_handler_run.attempts + 1, last_error = EXCLUDED.last_error, "
-    "updated_at = EXCLUDED.updated_at"
-)
-_PG_CLOSE_EVENTS = text(
-    "UPDATE hookledger_event AS e SET status = v.status, last_error = v.error, "
-    "next_attempt_at = v.next, processed_at = v.processed, lease_owner = NULL, "
-    "lease_expires_at = NULL "
-    "FROM unnest(CAST(:b_id AS bigint[]), CAST(:b_owner AS text[]), CAST(:b_status AS text[]), "
-    "CAST(:b_error AS text[]), CAST(:b_next AS timestamptz[]), "
-    "CAST(:b_processed AS timestamptz[])) "
-    "AS v(id, owner, status, error, next, processed) "
-    "WHERE e.id = v.id AND e.lease_owner = v.owner"
+#: One statement writes a dispatched batch's outcomes: transitions, projections, ledger rows,
+#: the events' final states, and frees the object leases of the events it closed. It returns
+#: how many events it closed: fewer than sent means a lease was lost (the caller rolls back).
+_PG_OUTCOME_COLUMNS = {
+    "t": ("object_kind", "object_id", "event_type", "event_pk", "created_at"),
+    "p": (
+        "object_kind",
+        "object_id",
+        "status",
+        "rank",
+        "event_time",
+        "object_created_at",
+        "event_pk",
+        "updated_at",
+    ),
+    "l": ("event_pk", "handler", "status", "attempts", "last_error", "updated_at"),
+    "b": ("b_id", "b_owner", "b_status", "b_error", "b_next", "b_processed"),
+}
+_PG_WRITE_OUTCOMES = text(
+    "WITH t AS ("
+    " INSERT INTO hookledger_transition (object_kind, object_id, event_type, event_pk, created_at)"
+    " SELECT * FROM unnest(CAST(:t_object_kind AS text[]), CAST(:t_object_id AS text[]),"
+    " CAST(:t_event_type AS text[]), CAST(:t_event_pk AS bigint[]),"
+    " CAST(:t_created_at AS timestamptz[]))"
+    " ON CONFLICT DO NOTHING"
+    "), p AS ("
+    " INSERT INTO hookledger_projection (object_kind, object_id, status, rank, event_time,"
+    " object_created_at, event_pk, updated_at)"
+    " SELECT * FROM unnest(CAST(:p_object_kind AS text[]), CAST(:p_object_id AS text[]),"
+    " CAST(:p_status AS text[]), CAST(:p_rank AS integer[]), CAST(:p_event_time AS timestamptz[]),"
+    " CAST(:p_object_created_at AS timestamptz[]), CAST(:p_event_pk AS bigint[]),"
+    " CAST(:p_updated_at AS timestamptz[]))"
+    " ON CONFLICT (object_kind, object_id) DO UPDATE SET status = EXCLUDED.status,"
+    " rank = EXCLUDED.rank, event_time = EXCLUDED.event_time,"
+    " object_created_at = EXCLUDED.object_created_at, event_pk = EXCLUDED.event_pk,"
+    " updated_at = EXCLUDED.updated_at"
+    "), l AS ("
+    " INSERT INTO hookledger_handler_run (event_pk, handler, status, attempts, last_error,"
+    " updated_at)"
+    " SELECT * FROM unnest(CAST(:l_event_pk AS bigint[]), CAST(:l_handler AS text[]),"
+    " CAST(:l_status AS text[]), CAST(:l_attempts AS integer[]), CAST(:l_last_error AS text[]),"
+    " CAST(:l_updated_at AS timestamptz[]))"
+    " ON CONFLICT (event_pk, handler) DO UPDATE SET status = EXCLUDED.status,"
+    " attempts = hookledger_handler_run.attempts + 1, last_error = EXCLUDED.last_error,"
+    " updated_at = EXCLUDED.updated_at"
+    "), closed AS ("
+    " UPDATE hookledger_event AS e SET status = v.status, last_error = v.error,"
+    " next_attempt_at = v.next, processed_at = v.processed, lease_owner = NULL,"
+    " lease_expires_at = NULL"
+    " FROM unnest(CAST(:b_id AS bigint[]), CAST(:b_owner AS text[]), CAST(:b_status AS text[]),"
+    " CAST(:b_error AS text[]), CAST(:b_next AS timestamptz[]),"
+    " CAST(:b_processed AS timestamptz[]))"
+    " AS v(id, owner, status, error, next, processed)"
+    " WHERE e.id = v.id AND e.lease_owner = v.owner"
+    " RETURNING e.object_key, v.owner"
+    "), freed AS ("
+    " DELETE FROM hookledger_object_lease AS lease USING closed"
+    " WHERE lease.object_key = closed.object_key AND lease.owner = closed.owner"
+    ")"
+    " SELECT count(*) FROM closed"
 )
 
 
-def _arrays(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Rows as parallel arrays, one per key, for the ``unnest`` statements. Times stay aware
-    (the columns are ``timestamptz``): a naive value would be read in the session's time
-    zone."""
-    return {key: [row[key] for row in rows] for key in rows[0]}
+def _outcome_arrays(
+    transitions: Sequence[dict[str, Any]],
+    projections: Sequence[dict[str, Any]],
+    ledger: Sequence[dict[str, Any]],
+    finals: Sequence[dict[str, Any]],
+) -> dict[str, list[Any]]:
+    """The parameters of :data:`_PG_WRITE_OUTCOMES`: each part's rows as parallel arrays, one
+    per column. Times stay aware (the columns are ``timestamptz``; a naive value would be
+    read in the session's time zone)."""
+    params: dict[str, list[Any]] = {}
+    for part, rows in (("t", transitions), ("p", projections), ("l", ledger), ("b", finals)):
+        for column in _PG_OUTCOME_COLUMNS[part]:
+            name = column if part == "b" else f"{part}_{column}"
+            params[name] = [row[column] for row in rows]
+    return params
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -441,7 +476,7 @@ class Store:
         return claimed[0] if claimed else None
 
     def claim_batch(
-        self, owner: str, lease_seconds: float, *, limit: int = 16, scan: int = 64
+        self, owner: str, lease_seconds: float, *, limit: int = 16, scan: int | None = None
     ) -> list[Claimed]:
         """Lease up to ``limit`` due events of distinct objects that no other worker holds.
 
@@ -451,15 +486,17 @@ class Store:
 
         1. due candidates (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so claimers never wait on
            each other's rows), one per object;
-        2. PostgreSQL: a non-blocking advisory lock per object, so two claimers never queue
-           on the same lease row (which could deadlock);
-        3. the object leases, taken with one conditional upsert (``... WHERE expires_at <
-           now``): race-safe on any number of hosts;
-        4. each leased object's head event; a head that is another row than the candidate
+        2. the object leases, taken with one conditional upsert (``... WHERE expires_at <
+           now``): race-safe on any number of hosts; on PostgreSQL the same statement first
+           takes a non-blocking advisory lock per object, so two claimers never queue on the
+           same lease row (which could deadlock);
+        3. each leased object's head event; a head that is another row than the candidate
            (an earlier event that arrived later) is locked without waiting;
-        5. one update marks the heads ``processing``; leases of objects whose head is not
+        4. one update marks the heads ``processing``; leases of objects whose head is not
            due (waiting for a retry) are given back.
         """
+        # Candidates: twice the batch at least, since several may belong to one object.
+        scan = max(scan or 64, 2 * limit)
         now = self.now()
         expires = now + timedelta(seconds=lease_seconds)
         due = and_(
@@ -481,15 +518,6 @@ class Store:
             for row in conn.execute(query):
                 candidates.setdefault(row.object_key, int(row.id))
             keys = list(candidates)[: limit * 2]
-            if self._pg and keys:
-                locked = conn.execute(
-                    text(
-                        "SELECT k FROM unnest(CAST(:keys AS text[])) AS k "
-                        "WHERE pg_try_advisory_xact_lock(hashtextextended('hookledger:' || k, 0))"
-                    ),
-                    {"keys": keys},
-                )
-                keys = [row[0] for row in locked]
             if not keys:
                 return []
             leased = self._take_object_leases(conn, keys, owner, now, expires)
@@ -883,14 +911,11 @@ class Store:
         finals: list[dict[str, Any]],
     ) -> None:
         if self._pg:
-            for statement, rows in (
-                (_PG_TRANSITIONS, transitions),
-                (_PG_PROJECTIONS, projections),
-                (_PG_LEDGER, ledger),
-            ):
-                if rows:
-                    conn.execute(statement, _arrays(rows))
-            self._close_events(conn, finals)
+            closed = conn.execute(
+                _PG_WRITE_OUTCOMES, _outcome_arrays(transitions, projections, ledger, finals)
+            ).scalar_one()
+            if closed != len(finals):
+                raise _LeaseLost()
             return
         if transitions:
             conn.execute(
@@ -931,9 +956,9 @@ class Store:
     def _close_events(self, conn: Connection, finals: list[dict[str, Any]]) -> None:
         """Write the outcomes; raise :class:`_LeaseLost` unless this worker held every lease."""
         if self._pg:
-            written = conn.execute(_PG_CLOSE_EVENTS, _arrays(finals)).rowcount
-        else:
-            written = self._close_events_each(conn, finals)
+            self._write_outcomes(conn, [], [], [], [], finals)
+            return
+        written = self._close_events_each(conn, finals)
         if written != len(finals):
             raise _LeaseLost()
         owner = finals[0]["b_owner"]

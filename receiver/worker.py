@@ -39,7 +39,7 @@ class WorkerConfig:
     lease_seconds: float = 60.0
     poll_interval: float = 0.5
     #: Events (of distinct objects) leased per claim transaction.
-    batch_size: int = 32
+    batch_size: int = 64
 
 
 class Worker:
