@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import random
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -48,6 +47,7 @@ from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import read_only, write_first
 from receiver.errors import StorageUnavailable
 from receiver.events import Event
+from receiver.groupcommit import GroupCommit
 from receiver.models import (
     EventConflict,
     EventStatus,
@@ -286,10 +286,12 @@ class Store:
         self.reader = read_only(engine)
         #: For inserts (the first statement writes): on SQLite a deferred BEGIN.
         self._write_first = write_first(engine)
-        #: SQLite: this process's threads queue for the write lock here, woken as soon as it
-        #: is free, rather than in SQLite's busy handler, which polls with sleeps of up to
-        #: 100 ms (that sleeping was the receive path's tail latency).
-        self._local_writer = threading.Lock() if self.single_writer else None
+        #: SQLite: this process's threads write through one queue (group commit), woken as
+        #: soon as the writer is free, rather than each in SQLite's busy handler, which polls
+        #: with sleeps of up to 100 ms (that sleeping was the receive path's tail latency).
+        self._group: GroupCommit[dict[str, Any], Inserted] | None = (
+            GroupCommit(self._insert_batch) if self.single_writer else None
+        )
         self._write_wait = write_wait
         # Built once: building the statement per request cost more than executing it. SQLite
         # reports the new row's id as ``lastrowid`` (no RETURNING round through the cursor).
@@ -335,61 +337,77 @@ class Store:
         A new ``event_id`` is inserted; the same ``event_id`` with the same body is a
         duplicate; with a different body it is kept in the conflicts table and flagged.
         Raises :class:`StorageUnavailable` when the database cannot be reached.
+
+        On SQLite, deliveries stored by this process's threads at the same moment share one
+        transaction and one commit (:mod:`receiver.groupcommit`); each still gets its own
+        answer, and only after the commit.
         """
         now = self.now()
         values = self._row(event, body, now, headers, secret_id, source, replay_of)
-        local = self._local_writer
-        if local is not None and not local.acquire(timeout=self._write_wait):
-            log.error("webhook not stored: the database stayed locked", extra={"action": "busy"})
-            raise StorageUnavailable()
+        if self._group is None:
+            return self._insert_together([values])[0]
         try:
-            return self._insert_row(event, body, values, now)
-        finally:
-            if local is not None:
-                local.release()
+            return self._group.submit(values, timeout=self._write_wait)
+        except TimeoutError:
+            log.error("webhook not stored: the database stayed locked", extra={"action": "busy"})
+            raise StorageUnavailable() from None
 
-    def _insert_row(
-        self, event: Event, body: bytes, values: dict[str, Any], now: datetime
-    ) -> Inserted:
-        digest = values["body_sha256"]
-        header_json = values["headers"]
-        source, secret_id = values["source"], values["secret_id"]
+    def _insert_together(self, rows: list[dict[str, Any]]) -> list[Inserted]:
+        """Insert deliveries in one transaction (see :meth:`insert`)."""
         try:
             with self._write_first.begin() as conn:
-                result = conn.execute(self._insert_event, values)
-                if self.single_writer:
-                    pk = result.lastrowid if result.rowcount == 1 else None
-                else:
-                    pk = result.scalar()
-                if pk is not None:
-                    return Inserted(result="inserted", pk=int(pk))
-                row = conn.execute(
-                    select(E.c.id, E.c.body_sha256).where(E.c.event_id == event.event_id)
-                ).one()
-                if row.body_sha256 == digest:
-                    return Inserted(result="duplicate", pk=int(row.id))
-                conn.execute(
-                    self._insert(C)
-                    .values(
-                        event_id=event.event_id,
-                        source=source,
-                        body=body,
-                        headers=header_json,
-                        body_sha256=digest,
-                        secret_id=secret_id,
-                        received_at=now,
-                    )
-                    .on_conflict_do_nothing(index_elements=["event_id", "body_sha256"])
-                )
-                log.warning(
-                    "event_id delivered again with a different body",
-                    extra={"action": "conflict", "event_id": event.event_id},
-                )
-                return Inserted(result="conflict", pk=int(row.id))
+                return [self._insert_one(conn, values) for values in rows]
         except DBAPIError as exc:
             if not _is_unavailable(exc):
                 raise
             raise StorageUnavailable() from exc
+
+    def _insert_batch(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """:class:`GroupCommit`'s writer: one transaction for the batch; if it fails for a
+        reason other than the database being unavailable, each delivery is tried alone, so
+        one bad delivery cannot fail the others."""
+        try:
+            return list(self._insert_together(rows))
+        except StorageUnavailable as exc:
+            return [_unavailable(exc.__cause__) for _ in rows]
+        except Exception as exc:  # noqa: BLE001 - isolated below, or that delivery's error
+            if len(rows) == 1:
+                return [exc]
+        outcomes: list[Inserted | BaseException] = []
+        for values in rows:
+            outcomes.extend(self._insert_batch([values]))
+        return outcomes
+
+    def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
+        event_id, digest = values["event_id"], values["body_sha256"]
+        result = conn.execute(self._insert_event, values)
+        if self.single_writer:
+            pk = result.lastrowid if result.rowcount == 1 else None
+        else:
+            pk = result.scalar()
+        if pk is not None:
+            return Inserted(result="inserted", pk=int(pk))
+        row = conn.execute(select(E.c.id, E.c.body_sha256).where(E.c.event_id == event_id)).one()
+        if row.body_sha256 == digest:
+            return Inserted(result="duplicate", pk=int(row.id))
+        conn.execute(
+            self._insert(C)
+            .values(
+                event_id=event_id,
+                source=values["source"],
+                body=values["body"],
+                headers=values["headers"],
+                body_sha256=digest,
+                secret_id=values["secret_id"],
+                received_at=values["received_at"],
+            )
+            .on_conflict_do_nothing(index_elements=["event_id", "body_sha256"])
+        )
+        log.warning(
+            "event_id delivered again with a different body",
+            extra={"action": "conflict", "event_id": event_id},
+        )
+        return Inserted(result="conflict", pk=int(row.id))
 
     def _row(
         self,
@@ -1133,6 +1151,12 @@ class Store:
     def projection(self, kind: str, object_id: str) -> Projection | None:
         with Session(self.reader) as session:
             return session.get(Projection, (kind, object_id))
+
+
+def _unavailable(cause: BaseException | None) -> StorageUnavailable:
+    error = StorageUnavailable()
+    error.__cause__ = cause
+    return error
 
 
 def _is_unavailable(exc: DBAPIError) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -264,9 +265,12 @@ def test_sqlite_insert_takes_the_write_lock_at_its_insert_not_at_begin(
     assert [s for s in seen if s.startswith("BEGIN")][0] == "BEGIN IMMEDIATE"
 
 
-def test_sqlite_writer_queue_timeout_gets_503_and_stores_nothing(tmp_path: Any) -> None:
-    # A delivery that waits longer than the busy timeout for this process's other writers
-    # answers 503 (the processor retries) rather than hanging; nothing is half-stored.
+def test_sqlite_writer_queue_timeout_gets_503_and_stores_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A delivery that waits longer than the busy timeout for this process's writer (another
+    # thread's batch is stuck) answers 503, so the processor retries, rather than hanging;
+    # nothing of it is stored, and the stuck batch still gets its own answer.
     app = Flask("busy")
     app.config.update(
         HOOKLEDGER_DATABASE_URL=f"sqlite:///{tmp_path / 'busy.sqlite3'}",
@@ -276,13 +280,75 @@ def test_sqlite_writer_queue_timeout_gets_503_and_stores_nothing(tmp_path: Any) 
     )
     WebhookReceiver(app)
     store = WebhookReceiver.state(app).store
+    real = store._insert_together
+    release, entered = threading.Event(), threading.Event()
+
+    def stuck(rows: list[dict[str, Any]]) -> Any:
+        if rows[0]["event_id"] == "evt_stuck":
+            entered.set()
+            release.wait(10)
+        return real(rows)
+
+    monkeypatch.setattr(store, "_insert_together", stuck)
+    first = encode(build_event("payment_succeeded", event_id="evt_stuck"))
+    answers: list[int] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(
+            _post(app, first, signed_headers(first, SECRETS["primary"])).status_code
+        )
+    )
+    thread.start()
+    assert entered.wait(5)
     body = encode(build_event("payment_succeeded", event_id="evt_busy_1"))
-    lock = store._local_writer
-    assert lock is not None
-    with lock:  # another thread of this process is mid-insert
-        response = _post(app, body, signed_headers(body, SECRETS["primary"]))
+    response = _post(app, body, signed_headers(body, SECRETS["primary"]))
     assert response.status_code == 503
-    assert _count(app) == 0
+    assert response.get_json()["error"]["type"] == "api_error"
+    release.set()
+    thread.join(10)
+    assert answers == [200]
+    assert _count(app) == 1  # evt_stuck only
     assert _post(app, body, signed_headers(body, SECRETS["primary"])).status_code == 200
-    assert _count(app) == 1
+    assert _count(app) == 2
     store.engine.dispose()
+
+
+def test_sqlite_group_commit_answers_each_delivery_and_isolates_a_bad_one(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Threads storing at once share transactions on SQLite. Each delivery still gets its own
+    # answer: a copy arriving in the same batch as its original is a duplicate, and a
+    # delivery that fails in the database fails alone (the batch is retried item by item).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from receiver.events import parse_event
+
+    app, _ = make_app()
+    store = WebhookReceiver.state(app).store
+    if store.engine.dialect.name != "sqlite":
+        pytest.skip("group commit is SQLite's")
+    real = store._insert_one
+
+    def one(conn: Any, values: dict[str, Any]) -> Any:
+        if values["event_id"] == "evt_bad":
+            raise sa.exc.IntegrityError("INSERT", {}, Exception("refused"))
+        return real(conn, values)
+
+    monkeypatch.setattr(store, "_insert_one", one)
+    bodies = [encode(build_event("payment_succeeded", event_id=f"evt_g{i}")) for i in range(20)]
+    bodies.append(encode(build_event("payment_succeeded", event_id="evt_bad")))
+    deliveries = bodies * 2  # every event twice, concurrently
+
+    def store_one(body: bytes) -> str:
+        try:
+            return store.insert(parse_event(body), body).result
+        except sa.exc.IntegrityError:
+            return "error"
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(store_one, deliveries))
+    per_event: dict[str, list[str]] = {}
+    for body, result in zip(deliveries, results, strict=True):
+        per_event.setdefault(json.loads(body)["event_id"], []).append(result)
+    assert per_event.pop("evt_bad") == ["error", "error"]
+    assert all(sorted(r) == ["duplicate", "inserted"] for r in per_event.values()), per_event
+    assert _count(app) == 20
