@@ -91,7 +91,7 @@ _PG_TAKE_LEASES = text(
 #: One statement writes a dispatched batch's outcomes: transitions, projections, ledger rows,
 #: the events' final states, and frees the object leases of the events it closed. It returns
 #: how many events it closed: fewer than sent means a lease was lost (the caller rolls back).
-_PG_OUTCOME_COLUMNS = {
+_OUTCOME_COLUMNS = {
     "t": ("object_kind", "object_id", "event_type", "event_pk", "created_at"),
     "p": (
         "object_kind",
@@ -162,7 +162,7 @@ def _outcome_arrays(
     read in the session's time zone)."""
     params: dict[str, list[Any]] = {}
     for part, rows in (("t", transitions), ("p", projections), ("l", ledger), ("b", finals)):
-        for column in _PG_OUTCOME_COLUMNS[part]:
+        for column in _OUTCOME_COLUMNS[part]:
             name = column if part == "b" else f"{part}_{column}"
             params[name] = [row[column] for row in rows]
     return params
@@ -944,17 +944,8 @@ class Store:
             stmt = self._insert(P)
             stmt = stmt.on_conflict_do_update(
                 index_elements=["object_kind", "object_id"],
-                set_={
-                    name: stmt.excluded[name]
-                    for name in (
-                        "status",
-                        "rank",
-                        "event_time",
-                        "object_created_at",
-                        "event_pk",
-                        "updated_at",
-                    )
-                },
+                # Every column but the key.
+                set_={name: stmt.excluded[name] for name in _OUTCOME_COLUMNS["p"][2:]},
             )
             conn.execute(stmt, projections)
         if ledger:
