@@ -47,6 +47,7 @@ from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import read_only, write_first
 from receiver.errors import StorageUnavailable
 from receiver.events import Event
+from receiver.filelock import WritersLock
 from receiver.groupcommit import GroupCommit
 from receiver.models import (
     EventConflict,
@@ -74,6 +75,9 @@ _OPEN_SQL = text("hookledger_event.status IN ('pending', 'processing')")
 REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
+
+#: Beside a SQLite database file: the lock its web processes take to write (an empty file).
+WRITERS_LOCK_SUFFIX = "-hookledger-writers"
 
 # PostgreSQL: the per-batch writes are single statements over parallel arrays (``unnest``).
 # Their text is fixed whatever the batch size, so psycopg caches and prepares them; an
@@ -293,6 +297,14 @@ class Store:
             GroupCommit(self._insert_batch) if self.single_writer else None
         )
         self._write_wait = write_wait
+        #: SQLite file: the web processes of this host queue for writing on a file lock,
+        #: not in SQLite's sleeping busy handler (see :mod:`receiver.filelock`).
+        database = engine.url.database if self.single_writer else None
+        self._writers = (
+            WritersLock(database + WRITERS_LOCK_SUFFIX)
+            if database and database != ":memory:" and not database.startswith("file:")
+            else None
+        )
         # Built once: building the statement per request cost more than executing it. SQLite
         # reports the new row's id as ``lastrowid`` (no RETURNING round through the cursor).
         insert_event = self._insert(E).on_conflict_do_nothing(index_elements=["event_id"])
@@ -354,6 +366,15 @@ class Store:
 
     def _insert_together(self, rows: list[dict[str, Any]]) -> list[Inserted]:
         """Insert deliveries in one transaction (see :meth:`insert`)."""
+        if self._writers is None:
+            return self._insert_transaction(rows)
+        try:
+            with self._writers.hold(self._write_wait):
+                return self._insert_transaction(rows)
+        except OSError as exc:  # the lock stayed taken, or its file cannot be opened
+            raise StorageUnavailable() from exc
+
+    def _insert_transaction(self, rows: list[dict[str, Any]]) -> list[Inserted]:
         try:
             with self._write_first.begin() as conn:
                 return [self._insert_one(conn, values) for values in rows]

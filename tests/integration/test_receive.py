@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -352,3 +353,47 @@ def test_sqlite_group_commit_answers_each_delivery_and_isolates_a_bad_one(
     assert per_event.pop("evt_bad") == ["error", "error"]
     assert all(sorted(r) == ["duplicate", "inserted"] for r in per_event.values()), per_event
     assert _count(app) == 20
+
+
+def _hold_writers_lock(path: str, seconds: float, ready: Any) -> None:
+    from receiver.filelock import WritersLock
+
+    with WritersLock(path).hold(timeout=5):
+        ready.set()
+        time.sleep(seconds)
+
+
+def test_sqlite_web_processes_queue_on_the_writers_lock_and_answer_503_past_the_timeout(
+    tmp_path: Any,
+) -> None:
+    # Another web process of the host is writing (it holds the writers' lock) for longer than
+    # the busy timeout: this delivery gets 503 and is not stored; once it is free, 200.
+    import multiprocessing
+
+    from receiver.store import WRITERS_LOCK_SUFFIX
+
+    database = tmp_path / "shared.sqlite3"
+    app = Flask("two-procs")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+        HOOKLEDGER_SQLITE_BUSY_TIMEOUT=0.3,
+        HOOKLEDGER_AUTO_MIGRATE=True,
+    )
+    WebhookReceiver(app)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(
+        target=_hold_writers_lock, args=(str(database) + WRITERS_LOCK_SUFFIX, 2.0, ready)
+    )
+    holder.start()
+    try:
+        assert ready.wait(30)
+        body = encode(build_event("payment_succeeded", event_id="evt_wait_1"))
+        assert _post(app, body, signed_headers(body, SECRETS["primary"])).status_code == 503
+        assert _count(app) == 0
+    finally:
+        holder.join(30)
+    assert _post(app, body, signed_headers(body, SECRETS["primary"])).status_code == 200
+    assert _count(app) == 1
+    WebhookReceiver.state(app).store.engine.dispose()

@@ -1,0 +1,96 @@
+"""The writers' lock excludes other processes (forked ones too) and times out cleanly."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from receiver.filelock import WritersLock
+
+
+def _hold(path: str, seconds: float, ready: multiprocessing.synchronize.Event) -> None:
+    with WritersLock(path).hold(timeout=5):
+        ready.set()
+        time.sleep(seconds)
+
+
+def test_another_process_holding_it_makes_a_writer_wait_then_time_out(tmp_path: Path) -> None:
+    path = str(tmp_path / "db-hookledger-writers")
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold, args=(path, 1.5, ready))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        lock = WritersLock(path)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            with lock.hold(timeout=0.2):
+                pytest.fail("entered while another process held the lock")
+        assert 0.2 <= time.monotonic() - started < 1.0
+        # Released by the holder: the waiter gets in soon after.
+        with lock.hold(timeout=10):
+            assert not holder.is_alive() or time.monotonic() - started >= 1.0
+    finally:
+        holder.join(10)
+    assert holder.exitcode == 0
+
+
+def test_a_forked_child_does_not_share_its_parents_lock(tmp_path: Path) -> None:
+    # flock belongs to the open file: a child using the parent's inherited descriptor would
+    # "hold" the lock together with its parent. The lock reopens its file after a fork.
+    lock = WritersLock(str(tmp_path / "db-hookledger-writers"))
+    with lock.hold(timeout=1):
+        pass  # the parent has opened the file
+    read, write = os.pipe()
+    with lock.hold(timeout=1):
+        pid = os.fork()
+        if pid == 0:  # the child: must not get in while the parent holds the lock
+            try:
+                with lock.hold(timeout=0.2):
+                    os.write(write, b"entered")
+            except TimeoutError:
+                os.write(write, b"waited")
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"waited"
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_threads_of_one_process_take_turns(tmp_path: Path) -> None:
+    import threading
+
+    lock = WritersLock(str(tmp_path / "db-hookledger-writers"))
+    inside = 0
+    worst = 0
+    guard = threading.Lock()
+
+    def work() -> None:
+        nonlocal inside, worst
+        for _ in range(20):
+            with lock.hold(timeout=5):
+                with guard:
+                    inside += 1
+                    worst = max(worst, inside)
+                time.sleep(0.0005)
+                with guard:
+                    inside -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert worst == 1
+
+
+def test_an_unopenable_lock_file_is_an_os_error(tmp_path: Path) -> None:
+    lock = WritersLock(str(tmp_path / "missing" / "db-hookledger-writers"))
+    with pytest.raises(OSError):
+        with lock.hold(timeout=0.1):
+            pass
