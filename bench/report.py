@@ -117,6 +117,10 @@ METHOD = """\
 """
 
 
+#: The record of fixes with their before/after figures (hand-written; see its first lines).
+HISTORY = Path(__file__).with_name("HISTORY.md")
+
+
 def markdown(
     sections: Sequence[Section],
     *,
@@ -158,6 +162,9 @@ def markdown(
             lines += ["**This bench failed:**", "", "```", section.error, "```", ""]
         lines += section.details
         lines.append("")
+    if HISTORY.exists():
+        # Hand-written, carried into every regenerated report: what each fix changed.
+        lines += [HISTORY.read_text(encoding="utf-8").rstrip(), ""]
     profiles = [p for s in sections for p in s.profiles]
     if profiles:
         lines += [
