@@ -155,6 +155,37 @@ _PG_WRITE_OUTCOMES = text(
 )
 
 
+#: The inbox columns a new event is inserted with (see ``Store._row``), with their array
+#: types: the reconciler's synthesised events are inserted as one array per column.
+_EVENT_COLUMNS = {
+    "event_id": "varchar",
+    "source": "varchar",
+    "merchant_id": "varchar",
+    "event_type": "varchar",
+    "content_type": "varchar",
+    "object_kind": "varchar",
+    "object_id": "varchar",
+    "object_status": "varchar",
+    "object_key": "varchar",
+    "event_time": "timestamptz",
+    "object_created_at": "timestamptz",
+    "received_at": "timestamptz",
+    "body": "bytea",
+    "headers": "text",
+    "body_sha256": "varchar",
+    "secret_id": "varchar",
+    "replay_of": "bigint",
+    "status": "varchar",
+    "attempts": "integer",
+    "next_attempt_at": "timestamptz",
+}
+_PG_INSERT_EVENTS = text(
+    f"INSERT INTO hookledger_event ({', '.join(_EVENT_COLUMNS)}) SELECT * FROM unnest("
+    + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _EVENT_COLUMNS.items())
+    + ") ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+)
+
+
 def _outcome_arrays(
     transitions: Sequence[dict[str, Any]],
     projections: Sequence[dict[str, Any]],
@@ -486,10 +517,15 @@ class Store:
             return {}
         now = self.now()
         rows = [self._row(e, b, now, (), None, Source.RECONCILE, None) for e, b in events]
-        stmt = self._insert(E).on_conflict_do_nothing(index_elements=["event_id"])
+        if self._pg:
+            stmt: Any = _PG_INSERT_EVENTS
+            params: Any = {column: [row[column] for row in rows] for column in _EVENT_COLUMNS}
+        else:
+            stmt = self._insert(E).on_conflict_do_nothing(index_elements=["event_id"])
+            stmt, params = stmt.returning(E.c.event_id), rows
         try:
             with self.engine.begin() as conn:
-                inserted = {r[0] for r in conn.execute(stmt.returning(E.c.event_id), rows)}
+                inserted = {r[0] for r in conn.execute(stmt, params)}
                 others = [r["event_id"] for r in rows if r["event_id"] not in inserted]
                 found: dict[str, str] = {}
                 if others:

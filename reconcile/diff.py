@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Final, Literal
 
 from receiver import status as statuses
@@ -80,34 +81,40 @@ def status_of(kind: str, remote: Mapping[str, Any]) -> Any:
 
 def compare(kind: str, object_id: str, remote_status: Any, local_status: str | None) -> Finding:
     """Decide what a remote object's status means against the local projection."""
-    remote = statuses.normalize_status(
-        kind, remote_status if isinstance(remote_status, str) else None
+    remote, verdict, event_type = _verdict(
+        kind, remote_status if isinstance(remote_status, str) else None, local_status
     )
+    return Finding(
+        kind=kind,
+        object_id=object_id,
+        remote_status=remote,
+        local_status=local_status,
+        verdict=verdict,
+        event_type=event_type,
+    )
+
+
+@lru_cache(maxsize=4096)
+def _verdict(
+    kind: str, remote_status: str | None, local_status: str | None
+) -> tuple[str | None, Verdict, str | None]:
+    """``compare`` for a pair of statuses (cached: a run meets a handful of pairs, many times
+    each): the normalised remote status, the verdict and the event type of a missed one."""
+    remote = statuses.normalize_status(kind, remote_status)
     remote_rank = statuses.rank(kind, remote)
-    event_type = statuses.event_type_for_status(kind, remote)
-
-    def finding(verdict: Verdict) -> Finding:
-        return Finding(
-            kind=kind,
-            object_id=object_id,
-            remote_status=remote,
-            local_status=local_status,
-            verdict=verdict,
-            event_type=event_type if verdict == "missed" else None,
-        )
-
     if remote is None or remote_rank is None:
-        return finding("unknown_status")
+        return remote, "unknown_status", None
     if local_status == remote:
-        return finding("in_sync")
+        return remote, "in_sync", None
     local_rank = statuses.rank(kind, local_status)
     if local_rank is not None and local_rank > remote_rank:
-        return finding("local_ahead")
+        return remote, "local_ahead", None
+    event_type = statuses.event_type_for_status(kind, remote)
     if event_type is None:
         # A status the processor emits no event for (requires_payment_method, pending...):
         # nothing to dispatch; the object simply has not reached an event-worthy state.
-        return finding("no_event")
-    return finding("missed")
+        return remote, "no_event", None
+    return remote, "missed", event_type
 
 
 def synthetic_event_id(kind: str, object_id: str, event_type: str) -> str:

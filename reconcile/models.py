@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, Text
+from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, Text
 from sqlmodel import Field, SQLModel
 
 metadata = MetaData(
@@ -58,11 +58,20 @@ class RunLock(Base, table=True):
     expires_at: datetime
 
 
-class SeenObject(Base, table=True):
-    """Remote ids seen by a run (to find objects known locally but not remotely)."""
+class SeenBatch(Base, table=True):
+    """Remote ids a run has seen, one listed chunk per row (a JSON array of ids).
 
-    __tablename__ = "hookledger_recon_seen"
+    Read back once, at the end of the run, to find objects known locally but not remotely;
+    deleted when the run finishes. A row per chunk rather than per id: the marks are written
+    while listing, and one row costs the database a fraction of a hundred.
+    """
 
-    run_id: int = Field(sa_column=Column(BigInteger, primary_key=True))
-    kind: str = Field(primary_key=True, max_length=32)
-    object_id: str = Field(primary_key=True, max_length=255)
+    __tablename__ = "hookledger_recon_seen_batch"
+    __table_args__ = (Index("ix_hookledger_recon_seen_batch_run_id_kind", "run_id", "kind"),)
+
+    id: int | None = Field(
+        default=None, sa_column=Column(_BIGINT_PK, primary_key=True, autoincrement=True)
+    )
+    run_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    kind: str = Field(max_length=32)
+    object_ids: str = Field(sa_column=Column(Text, nullable=False))

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from itertools import islice
 from typing import Any, Final, Literal
 
 from receiver.clock import Clock, as_utc, utcnow
@@ -25,6 +24,7 @@ from reconcile import diff
 from reconcile.client import ProcessorClient
 from reconcile.errors import ProcessorError
 from reconcile.paging import Pager
+from reconcile.prefetch import Prefetch
 from reconcile.store import ReconcileStore
 
 log = logging.getLogger("reconcile.runner")
@@ -40,6 +40,20 @@ DEFAULT_KINDS: Final = ("payments", "refunds", "payouts", "disputes")
 
 Mode = Literal["incremental", "wide", "window"]
 Progress = Callable[[str, int], None]
+
+#: Remote objects diffed and marked seen together: one database round trip per chunk.
+CHUNK: Final = 500
+#: When the listing fails, the objects gathered so far are diffed in whole units of this
+#: many (a run has always left the last partial hundred of a failed listing undiffed).
+CHUNK_UNIT: Final = 100
+#: Chunks listed ahead of the one being written (bounded: memory stays constant).
+PREFETCH_DEPTH: Final = 2
+#: When a run fails while listing ahead, how long it waits for the request in flight.
+PREFETCH_STOP_TIMEOUT: Final = 10.0
+#: Missed transitions gathered (over chunks) before they are inserted in one transaction.
+#: Their chunks' seen marks are already committed; if the run dies in between, it is
+#: "failed" and the next run finds the same transitions missing and recovers them.
+RECOVER_BATCH: Final = 100
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -181,9 +195,22 @@ class Report:
         }
 
 
-def _chunks(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    iterator = iter(rows)
-    while chunk := list(islice(iterator, size)):
+def _chunks(rows: Iterable[dict[str, Any]], size: int, unit: int) -> Iterator[list[dict[str, Any]]]:
+    """``rows`` in lists of ``size``. When ``rows`` raises a :class:`ProcessorError`, the
+    whole ``unit``s gathered before it are yielded first, then the error is raised."""
+    chunk: list[dict[str, Any]] = []
+    try:
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+    except ProcessorError:
+        whole = len(chunk) // unit * unit
+        if whole:
+            yield chunk[:whole]
+        raise
+    if chunk:
         yield chunk
 
 
@@ -297,11 +324,24 @@ class Reconciler:
         report: KindReport,
     ) -> None:
         pager = self._pager(name, window, options)
+        # The next pages are fetched (in a thread, a bounded read-ahead) while a chunk is
+        # diffed and written, so a run costs about the larger of listing and writing.
+        chunks = Prefetch(
+            _chunks(pager, CHUNK, CHUNK_UNIT),
+            depth=PREFETCH_DEPTH,
+            name=f"reconcile-{name}",
+            stop_timeout=PREFETCH_STOP_TIMEOUT,
+        )
+        missed: list[tuple[diff.Finding, bytes]] = []
         try:
-            for chunk in _chunks(pager, 100):
-                self._reconcile_chunk(run_id, kind, chunk, options, report)
-                if self.progress is not None:
-                    self.progress(name, report.checked)
+            with chunks:
+                for chunk in chunks:
+                    missed += self._reconcile_chunk(run_id, kind, chunk, options, report)
+                    if len(missed) >= RECOVER_BATCH:
+                        self._recover(kind, missed, report)
+                        missed = []
+                    if self.progress is not None:
+                        self.progress(name, report.checked)
         except ProcessorError as exc:
             report.remote_errors.append(f"{type(exc).__name__}: {exc}")
             log.error(
@@ -312,6 +352,8 @@ class Reconciler:
             report.incomplete = [
                 f"{w.start.isoformat()}..{w.end.isoformat()}: {w.reason}" for w in pager.incomplete
             ]
+        # The transitions found before a listing failure are recovered all the same.
+        self._recover(kind, missed, report)
         if not report.remote_errors:
             report.local_only, report.local_only_sample = self.store.local_only(
                 run_id, kind, *window
@@ -324,7 +366,8 @@ class Reconciler:
         chunk: list[dict[str, Any]],
         options: ReconcileOptions,
         report: KindReport,
-    ) -> None:
+    ) -> list[tuple[diff.Finding, bytes]]:
+        """Diff one chunk (marking its ids seen); returns the missed transitions to recover."""
         remote: dict[str, dict[str, Any]] = {}
         for obj in chunk:
             object_id = diff.object_id_of(kind, obj)
@@ -332,13 +375,17 @@ class Reconciler:
                 report.unknown_status += 1
                 continue
             remote[object_id] = obj
-        local = self.store.projected(kind, list(remote))
-        self.store.mark_seen(run_id, kind, remote)
+        statuses = {object_id: diff.status_of(kind, obj) for object_id, obj in remote.items()}
+        listed = [(oid, s if isinstance(s, str) else None) for oid, s in statuses.items()]
+        # Only the objects whose projected status is not the remote one come back: the others
+        # are projected with exactly the status listed.
+        differing = self.store.observe(run_id, kind, listed)
         now = as_utc(self.clock())
         missed: list[tuple[diff.Finding, bytes]] = []
-        for object_id, obj in remote.items():
+        for object_id, remote_status in listed:
             report.checked += 1
-            finding = diff.compare(kind, object_id, diff.status_of(kind, obj), local.get(object_id))
+            local_status = differing[object_id] if object_id in differing else remote_status
+            finding = diff.compare(kind, object_id, statuses[object_id], local_status)
             if finding.verdict == "in_sync":
                 report.in_sync += 1
             elif finding.verdict == "no_event":
@@ -355,8 +402,16 @@ class Reconciler:
                 assert finding.event_type is not None
                 report.recovered[finding.event_type] += 1
             else:
-                body = diff.synthesise(finding, obj, merchant_id=options.merchant_id, now=now)
+                body = diff.synthesise(
+                    finding, remote[object_id], merchant_id=options.merchant_id, now=now
+                )
                 missed.append((finding, body))
+        return missed
+
+    def _recover(
+        self, kind: str, missed: Sequence[tuple[diff.Finding, bytes]], report: KindReport
+    ) -> None:
+        """Insert the synthesised events of ``missed`` into the inbox (one transaction)."""
         if not missed:
             return
         results = self.inbox.insert_synthesised([(parse_event(b), b) for _, b in missed])

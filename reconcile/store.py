@@ -10,14 +10,27 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, and_, delete, func, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    cast,
+    delete,
+    except_,
+    func,
+    select,
+    text,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB
 
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import MigrationTree, read_only
 from receiver.models import Projection
 from reconcile.errors import ReconcileLocked
-from reconcile.models import ReconcileRun, RunLock, SeenObject, Watermark
+from reconcile.models import ReconcileRun, RunLock, SeenBatch, Watermark
 
 log = logging.getLogger("reconcile.store")
 
@@ -28,10 +41,39 @@ RECONCILE_MIGRATIONS = MigrationTree(
 W: Table = Watermark.__table__  # type: ignore[attr-defined]
 R: Table = ReconcileRun.__table__  # type: ignore[attr-defined]
 K: Table = RunLock.__table__  # type: ignore[attr-defined]
-S: Table = SeenObject.__table__  # type: ignore[attr-defined]
+S: Table = SeenBatch.__table__  # type: ignore[attr-defined]
 P: Table = Projection.__table__  # type: ignore[attr-defined]
 
 LOCK_NAME = "reconcile"
+
+#: PostgreSQL, one chunk in one statement: mark its ids seen (one row, the ids as a JSON
+#: array) and return the listed objects whose projected status is not the remote one (with
+#: the projected status, NULL when there is none). The ids and the remote statuses are two
+#: JSON arrays, zipped. The lookup is one primary-key probe per id (``LATERAL ... LIMIT 1``
+#: keeps the planner from hashing the whole projection instead, which it prefers for a small
+#: table and which then costs a full scan per chunk).
+_OBSERVE_PG = text(
+    "WITH marked AS ("
+    "INSERT INTO hookledger_recon_seen_batch (run_id, kind, object_ids) "
+    "VALUES (:run_id, :kind, :ids)) "
+    "SELECT listed.object_id, p.status "
+    "FROM ROWS FROM (jsonb_array_elements_text(CAST(:ids AS jsonb)), "
+    "jsonb_array_elements_text(CAST(:statuses AS jsonb))) AS listed(object_id, remote_status) "
+    "LEFT JOIN LATERAL (SELECT status FROM hookledger_projection "
+    "WHERE object_kind = :kind AND object_id = listed.object_id LIMIT 1) AS p ON true "
+    "WHERE p.status IS DISTINCT FROM listed.remote_status"
+)
+
+#: A chunk of listed objects: ``(object id, remote status)`` (``None``: not a string).
+Listed = Sequence[tuple[str, str | None]]
+#: ``{object id: projected status}`` of the listed objects whose projected status is not
+#: the remote one (``None``: none projected); the others are projected as listed.
+Differing = dict[str, str | None]
+
+
+def _ids_json(object_ids: Iterable[str]) -> str:
+    """Ids as a JSON array (how a chunk of seen ids is stored, and bound as one parameter)."""
+    return json.dumps(list(object_ids), separators=(",", ":"))
 
 
 class ReconcileStore:
@@ -114,35 +156,72 @@ class ReconcileStore:
     # -- seen ids and local-only objects ---------------------------------------------------
 
     def mark_seen(self, run_id: int, kind: str, object_ids: Iterable[str]) -> None:
-        rows = [{"run_id": run_id, "kind": kind, "object_id": oid} for oid in object_ids]
-        if not rows:
+        ids = list(object_ids)
+        if not ids:
             return
         with self.engine.begin() as conn:
-            conn.execute(self._insert(S).on_conflict_do_nothing(), rows)
+            conn.execute(S.insert().values(run_id=run_id, kind=kind, object_ids=_ids_json(ids)))
+
+    def observe(self, run_id: int, kind: str, listed: Listed) -> Differing:
+        """Mark a chunk of ``listed`` ids seen by the run and return those whose projected
+        status is not the remote one, with their projected status (``None``: not projected);
+        the others are projected with exactly the remote status.
+
+        On PostgreSQL one statement does it all (one round trip, atomic), and only the
+        objects out of step come back. Elsewhere: the read, then the marks in a short write
+        transaction, as before.
+        """
+        if not listed:
+            return {}
+        ids = [object_id for object_id, _ in listed]
+        if not self._pg:
+            local = self.projected(kind, ids)
+            self.mark_seen(run_id, kind, ids)
+            return {
+                object_id: local.get(object_id)
+                for object_id, remote_status in listed
+                if local.get(object_id) != remote_status
+            }
+        params = {
+            "run_id": run_id,
+            "kind": kind,
+            "ids": _ids_json(ids),
+            "statuses": json.dumps([status for _, status in listed], separators=(",", ":")),
+        }
+        with self.engine.begin() as conn:
+            rows = conn.execute(_OBSERVE_PG, params).all()
+        return {object_id: status for object_id, status in rows}
 
     def local_only(
         self, run_id: int, kind: str, start: datetime, end: datetime, *, sample: int = 20
     ) -> tuple[int, list[str]]:
-        """Objects the projection knows, created in the window, that the processor did not list."""
+        """Objects the projection knows, created in the window, that the processor did not
+        list: their count and a sample of ``sample`` ids (the first ones, sorted).
+
+        A set difference (``EXCEPT``), which the database computes by hashing or sorting
+        both sides once, whatever its statistics say about the seen ids."""
+        seen = S.alias("seen")
         if self._pg:
-            # Fresh statistics: with stale ones the planner nests loops over the seen ids.
-            with self.engine.begin() as conn:
-                conn.execute(text("ANALYZE hookledger_recon_seen"))
-        unseen = and_(
-            P.c.object_kind == kind,
-            P.c.object_created_at >= as_utc(start),
-            P.c.object_created_at <= as_utc(end),
-            ~select(S.c.object_id)
-            .where(S.c.run_id == run_id, S.c.kind == kind, S.c.object_id == P.c.object_id)
-            .exists(),
-        )
+            listed: Any = func.jsonb_array_elements_text(cast(seen.c.object_ids, JSONB))
+            seen_ids = select(listed.label("object_id")).select_from(seen)
+        else:
+            each = func.json_each(seen.c.object_ids).table_valued("value")
+            seen_ids = select(each.c.value.label("object_id")).select_from(seen.join(each, true()))
+        unseen = except_(
+            select(P.c.object_id).where(
+                P.c.object_kind == kind,
+                P.c.object_created_at >= as_utc(start),
+                P.c.object_created_at <= as_utc(end),
+            ),
+            seen_ids.where(seen.c.run_id == run_id, seen.c.kind == kind),
+        ).subquery("unseen")
         with self.reader.connect() as conn:
-            count = int(
-                conn.execute(select(func.count()).select_from(P).where(unseen)).scalar_one()
-            )
+            count = int(conn.execute(select(func.count()).select_from(unseen)).scalar_one())
             if not count:
                 return 0, []
-            ids = conn.execute(select(P.c.object_id).where(unseen).limit(sample)).scalars()
+            ids = conn.execute(
+                select(unseen.c.object_id).order_by(unseen.c.object_id).limit(sample)
+            ).scalars()
             return count, sorted(ids)
 
     def projected(self, kind: str, object_ids: Sequence[str]) -> dict[str, str]:
