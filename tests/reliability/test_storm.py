@@ -183,8 +183,8 @@ def test_duplicate_storm_two_hosts_sharing_one_postgresql(
     n, clients, copies = 80, 4, 3
     events = _events(n)
     runlog = tmp_path / "runlog.txt"
-    # Handlers take a few milliseconds, so one worker cannot keep up alone and every
-    # worker of both hosts takes part (a fast worker would otherwise drain all 80 events).
+    # Handlers take a few milliseconds and batches are small, so one worker cannot keep up
+    # alone and every worker of both hosts takes part.
     procs = Procs(tmp_path, database_url, RELAPP_RUNLOG=str(runlog), RELAPP_SLEEP="0.005")
     try:
         ports = [free_port(), free_port()]
@@ -202,6 +202,10 @@ def test_duplicate_storm_two_hosts_sharing_one_postgresql(
                     "0.1",
                     "--lease-seconds",
                     "10",
+                    # Small batches: one claim of the default 64 could take most of the 80
+                    # events, and the test is about the four workers racing each other.
+                    "--batch-size",
+                    "4",
                     "--name",
                     f"host{host}-worker{k}",
                     name=f"host{host}-worker{k}",
