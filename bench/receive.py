@@ -56,6 +56,13 @@ P99_TARGET_MS = 20.0
 THROUGHPUT_TARGET = 0.8
 
 
+def _order(round_index: int) -> list[str]:
+    """Who goes first alternates from round to round (A B, B A, A B ...): the first run of a
+    round tends to meet the disturbances of what ran before (a WAL checkpoint, say)."""
+    apps = list(APPS)
+    return apps if round_index % 2 == 0 else apps[::-1]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReceiveConfig:
     backends: tuple[Backend, ...] = ("sqlite", "postgresql")
@@ -240,7 +247,7 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
     ping = bench.ping()
     results: dict[str, list[WrkResult]] = {app: [] for app in APPS}
     for r in range(cfg.rounds):
-        for app in APPS:
+        for app in _order(r):
             res = bench.wrk(app, cfg.duration)
             results[app].append(res)
             log(f"  round {r + 1} {app:10s} {res.as_text()}")
@@ -266,7 +273,7 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
     floor = bench.open_loop("yardstick:/ping", rate, cfg.rate_duration, post=False)
     lat: dict[str, list[dict[str, float]]] = {app: [] for app in APPS}
     for r in range(cfg.rate_rounds):
-        for app in APPS:
+        for app in _order(r):
             out = bench.open_loop(f"{app}:/webhooks/", rate, cfg.rate_duration, post=True)
             lat[app].append(out)
             log(

@@ -95,7 +95,8 @@ def code_state() -> str:
 
 METHOD = """\
 - **Side by side**: each path and its yardstick run in the same invocation, alternating
-  (A B A B ...) for several rounds; the table shows medians of the rounds and their ratio.
+  (A B A B ...; for receive A B, B A, ... so neither side always goes first) for several
+  rounds; the table shows medians of the rounds and their ratio.
   The machine is shared and noisy (see the load averages), which is why only same-run ratios
   are meaningful; absolute figures move from run to run.
 - **Receive**: both apps under the same gunicorn configuration on loopback; throughput with
