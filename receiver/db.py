@@ -113,17 +113,14 @@ RECEIVER_MIGRATIONS = MigrationTree(MIGRATIONS_DIR, VERSION_TABLE)
 DEFERRED_BEGIN_OPTION = "hookledger_deferred_begin"
 
 
-def read_only(engine: Engine) -> Engine:
-    """The same engine (same pool) for transactions that only read."""
-    return engine.execution_options(**{DEFERRED_BEGIN_OPTION: True})
+def deferred_begin(engine: Engine) -> Engine:
+    """The same engine (same pool) for transactions that only read, or whose *first*
+    statement writes.
 
-
-def write_first(engine: Engine) -> Engine:
-    """The same engine (same pool) for transactions whose *first* statement writes.
-
-    On SQLite that statement takes the write lock itself, so the transaction does not need
-    ``BEGIN IMMEDIATE`` (there is no earlier read whose lock could fail to upgrade) and holds
-    the lock only from its first write to its commit. Elsewhere it changes nothing.
+    On SQLite they begin with a plain (deferred) ``BEGIN``: a reader reads the WAL snapshot
+    without the write lock; a write-first transaction takes the lock at that first statement
+    (there is no earlier read whose lock could fail to upgrade, the case ``BEGIN IMMEDIATE``
+    prevents) and holds it only from there to its commit. Elsewhere it changes nothing.
     """
     return engine.execution_options(**{DEFERRED_BEGIN_OPTION: True})
 

@@ -44,7 +44,7 @@ from sqlalchemy.orm import Session
 
 from receiver import guard
 from receiver.clock import Clock, as_utc, utcnow
-from receiver.db import read_only, write_first
+from receiver.db import deferred_begin
 from receiver.errors import StorageUnavailable
 from receiver.events import Event
 from receiver.filelock import WritersLock
@@ -317,10 +317,9 @@ class Store:
         self._pg = engine.dialect.name == "postgresql"
         #: SQLite: one writer at a time for the whole database (the worker yields to others).
         self.single_writer = engine.dialect.name == "sqlite"
-        #: For reads: on SQLite a plain (deferred) BEGIN, so reads never queue for the lock.
-        self.reader = read_only(engine)
-        #: For inserts (the first statement writes): on SQLite a deferred BEGIN.
-        self._write_first = write_first(engine)
+        #: Reads, and inserts (their first statement writes): on SQLite a deferred BEGIN, so
+        #: reads never queue for the lock and an insert holds it only from its INSERT on.
+        self.deferred = deferred_begin(engine)
         #: SQLite: this process's threads write through one queue (group commit), woken as
         #: soon as the writer is free, rather than each in SQLite's busy handler, which polls
         #: with sleeps of up to 100 ms (that sleeping was the receive path's tail latency).
@@ -407,7 +406,7 @@ class Store:
 
     def _insert_transaction(self, rows: list[dict[str, Any]]) -> list[Inserted]:
         try:
-            with self._write_first.begin() as conn:
+            with self.deferred.begin() as conn:
                 return [self._insert_one(conn, values) for values in rows]
         except DBAPIError as exc:
             if not _is_unavailable(exc):
@@ -864,7 +863,7 @@ class Store:
                     final = self._final(c, status, error, now)
                     finals.append(final)
                     outcomes.append(Outcome(status=final["b_status"], ran=ran, failures=failures))
-                self._write_outcomes(conn, works, transitions, projections, ledger, finals)
+                self._write_outcomes(conn, transitions, projections, ledger, finals)
         return outcomes
 
     def _load_guard_state(
@@ -979,7 +978,6 @@ class Store:
     def _write_outcomes(
         self,
         conn: Connection,
-        works: Sequence[Work],
         transitions: list[dict[str, Any]],
         projections: list[dict[str, Any]],
         ledger: list[dict[str, Any]],
@@ -1022,7 +1020,7 @@ class Store:
     def _close_events(self, conn: Connection, finals: list[dict[str, Any]]) -> None:
         """Write the outcomes; raise :class:`_LeaseLost` unless this worker held every lease."""
         if self._pg:
-            self._write_outcomes(conn, [], [], [], [], finals)
+            self._write_outcomes(conn, [], [], [], finals)
             return
         written = self._close_events_each(conn, finals)
         if written != len(finals):
@@ -1070,7 +1068,7 @@ class Store:
         query = query.where(*_filter_clauses(flt))
         if flt.limit:
             query = query.limit(flt.limit)
-        with Session(self.reader) as session:
+        with Session(self.deferred) as session:
             return list(session.scalars(query))
 
     def requeue(self, flt: EventFilter, *, dry_run: bool = False) -> list[InboxEvent]:
@@ -1120,7 +1118,7 @@ class Store:
         out: list[tuple[InboxEvent, str]] = []
         for original in chosen:
             assert original.id is not None
-            with self.reader.connect() as conn:
+            with self.deferred.connect() as conn:
                 n = conn.execute(
                     select(func.count()).select_from(E).where(E.c.replay_of == original.id)
                 ).scalar_one()
@@ -1180,24 +1178,24 @@ class Store:
         return counts, age
 
     def counts(self) -> dict[str, int]:
-        with self.reader.connect() as conn:
+        with self.deferred.connect() as conn:
             return _status_counts(conn)
 
     def get(self, event_id: str) -> InboxEvent | None:
-        with Session(self.reader) as session:
+        with Session(self.deferred) as session:
             return session.scalars(
                 select(InboxEvent).where(InboxEvent.event_id == event_id)  # type: ignore[arg-type]
             ).first()
 
     def handler_runs(self, event_pk: int) -> dict[str, HandlerRun]:
-        with Session(self.reader) as session:
+        with Session(self.deferred) as session:
             rows = session.scalars(
                 select(HandlerRun).where(HandlerRun.event_pk == event_pk)  # type: ignore[arg-type]
             )
             return {r.handler: r for r in rows}
 
     def projection(self, kind: str, object_id: str) -> Projection | None:
-        with Session(self.reader) as session:
+        with Session(self.deferred) as session:
             return session.get(Projection, (kind, object_id))
 
 

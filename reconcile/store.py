@@ -27,7 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 
 from receiver.clock import Clock, as_utc, utcnow
-from receiver.db import MigrationTree, read_only
+from receiver.db import MigrationTree, deferred_begin
 from receiver.models import Projection
 from reconcile.errors import ReconcileLocked
 from reconcile.models import ReconcileRun, RunLock, SeenBatch, Watermark
@@ -83,7 +83,7 @@ class ReconcileStore:
         self.engine = engine
         self.clock = clock
         self._pg = engine.dialect.name == "postgresql"
-        self.reader = read_only(engine)
+        self.reader = deferred_begin(engine)
 
     def __repr__(self) -> str:
         return f"ReconcileStore(dialect={self.engine.dialect.name!r})"
