@@ -223,7 +223,6 @@ def measure(what: str, base_url: str, db_url: str, traced: bool, limit: float | 
 def set_projection(engine: sa.Engine, payments: list[tuple[str, str, str]], *, missed: bool) -> int:
     """One projection row per payment with its remote status (all in sync); with ``missed``
     every 20th row is left out. Returns how many were left out."""
-    from receiver import status as statuses
     from receiver.models import Projection
 
     table: sa.Table = Projection.__table__  # type: ignore[attr-defined]
@@ -240,7 +239,6 @@ def set_projection(engine: sa.Engine, payments: list[tuple[str, str, str]], *, m
                 object_kind="payment",
                 object_id=payment_id,
                 status=status,
-                rank=statuses.rank("payment", status),
                 event_time=at,
                 object_created_at=at,
                 event_pk=0,

@@ -673,11 +673,13 @@ def _parse_resource(content_type: str | None, data: Mapping[str, Any]) -> Resour
 
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
-    """The object an event is about: its kind, id and the status the event reports."""
+    """The object an event is about: its kind, id, the status the event reports and, for a
+    dispute, its stage."""
 
     kind: str
     object_id: str
     status: str | None
+    stage: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -764,7 +766,8 @@ class Event:
             implied = STATUS_FOR_EVENT.get(self.event_type)
             if implied is not None and implied[0] == resource.kind:
                 status = implied[1]
-        return ObjectRef(kind=resource.kind, object_id=object_id, status=status)
+        stage = resource.dispute_stage if isinstance(resource, Dispute) else None
+        return ObjectRef(kind=resource.kind, object_id=object_id, status=status, stage=stage)
 
     def _expect(self, resource_type: type[_R], content_type: str) -> _R:
         if isinstance(self.object, resource_type):
@@ -868,6 +871,7 @@ def _check_storable(event: Event) -> None:
         "content.type": event.content_type,
         "object id": ref.object_id if ref else None,
         "object status": ref.status if ref else None,
+        "dispute stage": ref.stage if ref else None,
     }
     for name, value in fields.items():
         if value is None:

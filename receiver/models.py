@@ -59,11 +59,18 @@ class EventStatus:
 
 
 class Source:
-    WEBHOOK = "webhook"
-    RECONCILE = "reconcile"
-    REPLAY = "replay"
+    """Where an inbox row came from."""
 
-    ALL = (WEBHOOK, RECONCILE, REPLAY)
+    WEBHOOK = "webhook"  # delivered by the processor to the blueprint
+    RECONCILE = "reconcile"  # synthesised by the reconciler from a listed or fetched object
+    RECOVERED = "recovered"  # an undelivered webhook fetched from the processor's events API
+    API = "api"  # a processor API response the shop observed (``WebhookReceiver.observe``)
+    BACKFILL = "backfill"  # a transition from before the cut-over the merchant asked for
+    REPLAY = "replay"  # an operator's copy of a stored event (bypasses the guard)
+
+    ALL = (WEBHOOK, RECONCILE, RECOVERED, API, BACKFILL, REPLAY)
+    #: Sources the cut-over applies to: what they report may have happened before it.
+    HISTORICAL = (WEBHOOK, RECONCILE, RECOVERED)
 
 
 class InboxEvent(Base, table=True):
@@ -81,6 +88,9 @@ class InboxEvent(Base, table=True):
             postgresql_where=text("status IN ('pending', 'processing')"),
             sqlite_where=text("status IN ('pending', 'processing')"),
         ),
+        # Ids are never reused, even after ``prune`` deleted the highest ones: the guard
+        # tells a retry of a transition's owner from another event by its id.
+        {"sqlite_autoincrement": True},
     )
 
     id: int | None = Field(
@@ -94,6 +104,8 @@ class InboxEvent(Base, table=True):
     object_kind: str | None = Field(default=None, max_length=32)
     object_id: str | None = Field(default=None, max_length=255)
     object_status: str | None = Field(default=None, max_length=64)
+    #: A dispute's ``dispute_stage`` (part of its state; ``None`` for other kinds).
+    object_stage: str | None = Field(default=None, max_length=64)
     #: ``kind:id`` of the object, or ``event:<event_id>`` when the object is unknown: the unit of
     #: ordering (events of one key are processed one at a time, in event-time order).
     object_key: str = Field(max_length=300)
@@ -146,7 +158,7 @@ class HandlerRun(Base, table=True):
 
 
 class Projection(Base, table=True):
-    """Latest known status of each object, guarded by the per-kind precedence order."""
+    """Latest known state of each object, moved by the guard along the transition model."""
 
     __tablename__ = "hookledger_projection"
     __table_args__ = (
@@ -156,7 +168,8 @@ class Projection(Base, table=True):
     object_kind: str = Field(primary_key=True, max_length=32)
     object_id: str = Field(primary_key=True, max_length=255)
     status: str = Field(max_length=64)
-    rank: int
+    #: A dispute's stage (``None`` for other kinds).
+    stage: str | None = Field(default=None, max_length=64)
     event_time: datetime | None = Field(default=None)
     object_created_at: datetime | None = Field(default=None)
     event_pk: int = Field(sa_column=Column(BigInteger, nullable=False))
@@ -164,15 +177,37 @@ class Projection(Base, table=True):
 
 
 class Transition(Base, table=True):
-    """(object, event type) pairs already dispatched: each is dispatched at most once."""
+    """(object, state) pairs already dispatched: each is dispatched at most once.
+
+    ``state`` is :attr:`receiver.transitions.State.key`: the status, or ``stage/status`` for
+    a dispute (not the event type: see :mod:`receiver.transitions`)."""
 
     __tablename__ = "hookledger_transition"
 
     object_kind: str = Field(primary_key=True, max_length=32)
     object_id: str = Field(primary_key=True, max_length=255)
-    event_type: str = Field(primary_key=True, max_length=64)
+    state: str = Field(primary_key=True, max_length=140)
     event_pk: int = Field(sa_column=Column(BigInteger, nullable=False))
     created_at: datetime
+
+
+class CutOver(Base, table=True):
+    """Where hookledger's own history starts on an account that had one before it.
+
+    Written by the reconciler's adoption (``reconcile adopt``): ``cutover_at`` is when the
+    adoption began reading the processor's state. An event received after ``recorded_at``
+    that happened before ``cutover_at`` (a processor retry of an old delivery, an
+    undelivered event, a state a reconcile path finds) is recorded but never dispatched:
+    the shop's earlier system handled it. ``cutover_at`` is ``None`` for an account declared
+    new (nothing before it). One row at most (``name = 'cutover'``).
+    """
+
+    __tablename__ = "hookledger_cutover"
+
+    name: str = Field(primary_key=True, max_length=32)
+    mode: str = Field(max_length=16)  # adopted | new_account
+    cutover_at: datetime | None = Field(default=None)
+    recorded_at: datetime
 
 
 class ObjectLease(Base, table=True):

@@ -1,9 +1,7 @@
-"""Status vocabulary, precedence and the status-to-event mapping (pure, no I/O).
+"""Status vocabulary and the status-to-event mapping (pure, no I/O).
 
-Each object kind has a precedence order over its statuses. The staleness guard refuses an
-event whose status ranks below the object's projected status: a ``processing`` event that
-arrives after ``succeeded`` must not move the merchant's order back. Two statuses of the same
-rank (for example the terminal ``failed`` and ``succeeded``) are ordered by event time.
+Which moves between statuses are forward is the transition model's business
+(:mod:`receiver.transitions`); this module names the statuses and events.
 
 The status-to-event mapping follows Hyperswitch (``common_enums/src/transformers.rs``), see
 ``hyperswitch-facts.md`` section 2.
@@ -28,32 +26,6 @@ CONTENT_TYPE_KIND: Final[Mapping[str, str]] = {
     "subscription_details": "invoice",
 }
 
-_PAYMENT_RANK: Final[Mapping[str, int]] = {
-    "requires_payment_method": 10,
-    "requires_confirmation": 20,
-    "requires_customer_action": 30,
-    "requires_merchant_action": 30,
-    "conflicted": 30,
-    "processing": 40,
-    "partially_authorized_and_requires_capture": 50,
-    "requires_capture": 50,
-    "partially_captured_and_processing": 55,
-    "partially_captured_and_capturable": 60,
-    "partially_captured": 70,
-    "succeeded": 80,
-    "failed": 80,
-    "cancelled": 80,
-    "expired": 80,
-    "cancelled_post_capture": 90,
-}
-
-_REFUND_RANK: Final[Mapping[str, int]] = {
-    "pending": 10,
-    "review": 20,
-    "succeeded": 80,
-    "failed": 80,
-}
-
 #: Hyperswitch's internal refund enum (used in list filters and profile configs) to the API enum.
 REFUND_STATUS_ALIASES: Final[Mapping[str, str]] = {
     "success": "succeeded",
@@ -67,52 +39,16 @@ REFUND_STATUS_ALIASES: Final[Mapping[str, str]] = {
     "Pending": "pending",
 }
 
-_DISPUTE_RANK: Final[Mapping[str, int]] = {
-    "dispute_opened": 10,
-    "dispute_challenged": 30,
-    "dispute_accepted": 80,
-    "dispute_cancelled": 80,
-    "dispute_expired": 80,
-    "dispute_won": 80,
-    "dispute_lost": 80,
-}
-
-_MANDATE_RANK: Final[Mapping[str, int]] = {
-    "pending": 10,
-    "active": 20,
-    "inactive": 20,
-    "revoked": 80,
-}
-
-_PAYOUT_RANK: Final[Mapping[str, int]] = {
-    "requires_creation": 5,
-    "requires_vendor_account_creation": 7,
-    "requires_payout_method_data": 8,
-    "requires_confirmation": 10,
-    "requires_fulfillment": 20,
-    "pending": 30,
-    "initiated": 40,
-    "success": 80,
-    "failed": 80,
-    "cancelled": 80,
-    "expired": 80,
-    "ineligible": 80,
-    "reversed": 90,
-}
-
-_INVOICE_RANK: Final[Mapping[str, int]] = {
-    "payment_pending": 10,
-    "invoice_paid": 80,
-}
-
-RANKS: Final[Mapping[str, Mapping[str, int]]] = {
-    "payment": _PAYMENT_RANK,
-    "refund": _REFUND_RANK,
-    "dispute": _DISPUTE_RANK,
-    "mandate": _MANDATE_RANK,
-    "payout": _PAYOUT_RANK,
-    "invoice": _INVOICE_RANK,
-}
+#: Hyperswitch ``DisputeStatus``: each status is also the name of its event.
+DISPUTE_STATUSES: Final = (
+    "dispute_opened",
+    "dispute_expired",
+    "dispute_accepted",
+    "dispute_cancelled",
+    "dispute_challenged",
+    "dispute_won",
+    "dispute_lost",
+)
 
 _PAYMENT_EVENTS: Final[Mapping[str, str]] = {
     "succeeded": "payment_succeeded",
@@ -134,7 +70,7 @@ _PAYMENT_EVENTS: Final[Mapping[str, str]] = {
 _EVENT_FOR_STATUS: Final[Mapping[str, Mapping[str, str]]] = {
     "payment": _PAYMENT_EVENTS,
     "refund": {"succeeded": "refund_succeeded", "failed": "refund_failed"},
-    "dispute": {status: status for status in _DISPUTE_RANK},
+    "dispute": {status: status for status in DISPUTE_STATUSES},
     "mandate": {"active": "mandate_active", "revoked": "mandate_revoked"},
     "payout": {
         "success": "payout_success",
@@ -161,7 +97,7 @@ STATUS_FOR_EVENT: Final[Mapping[str, tuple[str, str]]] = {
     "action_required": ("payment", "requires_customer_action"),
     "refund_succeeded": ("refund", "succeeded"),
     "refund_failed": ("refund", "failed"),
-    **{status: ("dispute", status) for status in _DISPUTE_RANK},
+    **{status: ("dispute", status) for status in DISPUTE_STATUSES},
     "mandate_active": ("mandate", "active"),
     "mandate_revoked": ("mandate", "revoked"),
     "payout_success": ("payout", "success"),
@@ -184,31 +120,9 @@ def normalize_status(kind: str, status: str | None) -> str | None:
     return status
 
 
-def rank(kind: str, status: str | None) -> int | None:
-    """Precedence of ``status`` within ``kind``; ``None`` for an unknown kind or status."""
-    normalized = normalize_status(kind, status)
-    if normalized is None:
-        return None
-    return RANKS.get(kind, {}).get(normalized)
-
-
 def event_type_for_status(kind: str, status: str | None) -> str | None:
     """The event Hyperswitch emits when an object of ``kind`` reaches ``status`` (or ``None``)."""
     normalized = normalize_status(kind, status)
     if normalized is None:
         return None
     return _EVENT_FOR_STATUS.get(kind, {}).get(normalized)
-
-
-def is_backwards(kind: str, current: str | None, incoming: str | None) -> bool:
-    """True when moving an object of ``kind`` from ``current`` to ``incoming`` goes backwards.
-
-    Unknown statuses never count as backwards (they are stored and dispatched; a newer
-    processor may add statuses). Equal ranks are not backwards here: the caller orders them by
-    event time.
-    """
-    current_rank = rank(kind, current)
-    incoming_rank = rank(kind, incoming)
-    if current_rank is None or incoming_rank is None:
-        return False
-    return incoming_rank < current_rank

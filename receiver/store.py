@@ -50,6 +50,7 @@ from receiver.events import Event
 from receiver.filelock import WritersLock
 from receiver.groupcommit import GroupCommit
 from receiver.models import (
+    CutOver,
     EventConflict,
     EventStatus,
     HandlerRun,
@@ -59,6 +60,7 @@ from receiver.models import (
     Source,
     Transition,
 )
+from receiver.transitions import Reading, make_state, read_event
 
 log = logging.getLogger("receiver.store")
 
@@ -68,6 +70,10 @@ H: Table = HandlerRun.__table__  # type: ignore[attr-defined]
 P: Table = Projection.__table__  # type: ignore[attr-defined]
 T: Table = Transition.__table__  # type: ignore[attr-defined]
 L: Table = ObjectLease.__table__  # type: ignore[attr-defined]
+K: Table = CutOver.__table__  # type: ignore[attr-defined]
+
+#: The one row of ``hookledger_cutover``.
+CUTOVER_NAME = "cutover"
 
 _OPEN_SQL = text("hookledger_event.status IN ('pending', 'processing')")
 
@@ -96,12 +102,12 @@ _PG_TAKE_LEASES = text(
 #: the events' final states, and frees the object leases of the events it closed. It returns
 #: how many events it closed: fewer than sent means a lease was lost (the caller rolls back).
 _OUTCOME_COLUMNS = {
-    "t": ("object_kind", "object_id", "event_type", "event_pk", "created_at"),
+    "t": ("object_kind", "object_id", "state", "event_pk", "created_at"),
     "p": (
         "object_kind",
         "object_id",
         "status",
-        "rank",
+        "stage",
         "event_time",
         "object_created_at",
         "event_pk",
@@ -112,21 +118,22 @@ _OUTCOME_COLUMNS = {
 }
 _PG_WRITE_OUTCOMES = text(
     "WITH t AS ("
-    " INSERT INTO hookledger_transition (object_kind, object_id, event_type, event_pk, created_at)"
+    " INSERT INTO hookledger_transition (object_kind, object_id, state, event_pk, created_at)"
     " SELECT * FROM unnest(CAST(:t_object_kind AS text[]), CAST(:t_object_id AS text[]),"
-    " CAST(:t_event_type AS text[]), CAST(:t_event_pk AS bigint[]),"
+    " CAST(:t_state AS text[]), CAST(:t_event_pk AS bigint[]),"
     " CAST(:t_created_at AS timestamptz[]))"
     " ON CONFLICT DO NOTHING"
     "), p AS ("
-    " INSERT INTO hookledger_projection (object_kind, object_id, status, rank, event_time,"
+    " INSERT INTO hookledger_projection (object_kind, object_id, status, stage, event_time,"
     " object_created_at, event_pk, updated_at)"
     " SELECT * FROM unnest(CAST(:p_object_kind AS text[]), CAST(:p_object_id AS text[]),"
-    " CAST(:p_status AS text[]), CAST(:p_rank AS integer[]), CAST(:p_event_time AS timestamptz[]),"
+    " CAST(:p_status AS text[]), CAST(:p_stage AS text[]), CAST(:p_event_time AS timestamptz[]),"
     " CAST(:p_object_created_at AS timestamptz[]), CAST(:p_event_pk AS bigint[]),"
     " CAST(:p_updated_at AS timestamptz[]))"
     " ON CONFLICT (object_kind, object_id) DO UPDATE SET status = EXCLUDED.status,"
-    " rank = EXCLUDED.rank, event_time = EXCLUDED.event_time,"
-    " object_created_at = EXCLUDED.object_created_at, event_pk = EXCLUDED.event_pk,"
+    " stage = EXCLUDED.stage, event_time = EXCLUDED.event_time,"
+    " object_created_at = COALESCE(EXCLUDED.object_created_at,"
+    " hookledger_projection.object_created_at), event_pk = EXCLUDED.event_pk,"
     " updated_at = EXCLUDED.updated_at"
     "), l AS ("
     " INSERT INTO hookledger_handler_run (event_pk, handler, status, attempts, last_error,"
@@ -166,6 +173,7 @@ _EVENT_COLUMNS = {
     "object_kind": "varchar",
     "object_id": "varchar",
     "object_status": "varchar",
+    "object_stage": "varchar",
     "object_key": "varchar",
     "event_time": "timestamptz",
     "object_created_at": "timestamptz",
@@ -221,11 +229,13 @@ class Claimed:
     object_kind: str | None
     object_id: str | None
     object_status: str | None
+    object_stage: str | None
     event_type: str | None
     event_time: datetime | None
     object_created_at: datetime | None
     body: bytes = field(repr=False)
     source: str
+    received_at: datetime
     replay_of: int | None
     attempts: int
     owner: str
@@ -479,8 +489,9 @@ class Store:
             object_id: str | None = ref.object_id
             object_key = f"{ref.kind}:{ref.object_id}"
             object_status = ref.status
+            object_stage = ref.stage
         else:
-            kind = object_id = object_status = None
+            kind = object_id = object_status = object_stage = None
             object_key = f"event:{event.event_id}"
         return dict(
             event_id=event.event_id,
@@ -491,6 +502,7 @@ class Store:
             object_kind=kind,
             object_id=_clip(object_id, 255),
             object_status=_clip(object_status, 64),
+            object_stage=_clip(object_stage, 64),
             object_key=object_key[:300],
             event_time=as_utc(event.timestamp) if event.timestamp else now,
             object_created_at=event.object.created_time if event.object is not None else None,
@@ -505,7 +517,9 @@ class Store:
             next_attempt_at=now,
         )
 
-    def insert_synthesised(self, events: Sequence[tuple[Event, bytes]]) -> dict[str, str]:
+    def insert_synthesised(
+        self, events: Sequence[tuple[Event, bytes]], *, source: str = Source.RECONCILE
+    ) -> dict[str, str]:
         """Insert the reconciler's synthesised events in one transaction (insert-or-ignore).
 
         Returns ``{event_id: "inserted" | <status of the row already there>}``. A synthesised
@@ -515,7 +529,7 @@ class Store:
         if not events:
             return {}
         now = self.now()
-        rows = [self._row(e, b, now, (), None, Source.RECONCILE, None) for e, b in events]
+        rows = [self._row(e, b, now, (), None, source, None) for e, b in events]
         if self._pg:
             stmt: Any = _PG_INSERT_EVENTS
             params: Any = {column: [row[column] for row in rows] for column in _EVENT_COLUMNS}
@@ -722,11 +736,13 @@ class Store:
                 object_kind=h.object_kind,
                 object_id=h.object_id,
                 object_status=h.object_status,
+                object_stage=h.object_stage,
                 event_type=h.event_type,
                 event_time=h.event_time,
                 object_created_at=h.object_created_at,
                 body=h.body,
                 source=h.source,
+                received_at=h.received_at,
                 replay_of=h.replay_of,
                 attempts=int(h.attempts) + 1,
                 owner=owner,
@@ -815,29 +831,32 @@ class Store:
             with session.begin():
                 conn = session.connection()
                 owners, currents, done = self._load_guard_state(conn, works)
+                cutover = self._cutover(conn)
                 for work in works:
                     c = work.claimed
+                    reading = _reading(c)
+                    key = reading.state.key if reading.state is not None else None
                     verdict = guard.decide(
                         event_pk=c.pk,
-                        kind=c.object_kind,
-                        object_id=c.object_id,
-                        event_type=c.event_type,
-                        status=c.object_status,
+                        incoming=reading.state,
                         event_time=c.event_time,
                         replay=c.replay_of is not None,
-                        transition_owner=owners.get((c.object_kind, c.object_id, c.event_type)),
+                        transition_owner=owners.get((c.object_kind, c.object_id, key)),
                         current=currents.get((c.object_kind, c.object_id)),
+                        note=reading.note,
+                        cutover=cutover,
+                        arrival=guard.Arrival(
+                            source=c.source,
+                            received_at=as_utc(c.received_at),
+                            historical=c.source in Source.HISTORICAL,
+                        ),
                     )
-                    if verdict.decision != "dispatch":
-                        finals.append(self._final(c, verdict.decision, verdict.reason, now))
-                        outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
-                        continue
-                    if verdict.claim_transition:
+                    if verdict.claim is not None:
                         transitions.append(
                             {
                                 "object_kind": c.object_kind,
                                 "object_id": c.object_id,
-                                "event_type": c.event_type,
+                                "state": verdict.claim,
                                 "event_pk": c.pk,
                                 "created_at": now,
                             }
@@ -848,13 +867,17 @@ class Store:
                                 "object_kind": c.object_kind,
                                 "object_id": c.object_id,
                                 "status": verdict.projection.status,
-                                "rank": verdict.projection.rank,
+                                "stage": verdict.projection.stage,
                                 "event_time": c.event_time,
                                 "object_created_at": c.object_created_at,
                                 "event_pk": c.pk,
                                 "updated_at": now,
                             }
                         )
+                    if verdict.decision != "dispatch":
+                        finals.append(self._final(c, verdict.decision, verdict.reason, now))
+                        outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
+                        continue
                     ran, failures = self._run_handlers(
                         session, c, work.handlers, done.get(c.pk, set()), ledger, now
                     )
@@ -866,6 +889,16 @@ class Store:
                 self._write_outcomes(conn, transitions, projections, ledger, finals)
         return outcomes
 
+    @staticmethod
+    def _cutover(conn: Connection) -> guard.CutOver | None:
+        """The account's cut-over, if it was adopted (read with every batch: one tiny row)."""
+        row = conn.execute(
+            select(K.c.cutover_at, K.c.recorded_at).where(K.c.name == CUTOVER_NAME)
+        ).first()
+        if row is None or row.cutover_at is None:
+            return None
+        return guard.CutOver(at=as_utc(row.cutover_at), recorded_at=as_utc(row.recorded_at))
+
     def _load_guard_state(
         self, conn: Connection, works: Sequence[Work]
     ) -> tuple[
@@ -876,30 +909,44 @@ class Store:
         guarded = [w.claimed for w in works if w.claimed.object_kind and w.claimed.object_id]
         owners: dict[tuple[Any, Any, Any], int] = {}
         currents: dict[tuple[Any, Any], guard.Projected] = {}
-        typed = [c for c in guarded if c.event_type]
+        wanted = {
+            (c.object_kind, c.object_id, reading.state.key)
+            for c in guarded
+            if (reading := _reading(c)).state is not None
+        }
         # Each column is matched against the set of its values (one array parameter on
         # PostgreSQL, served by the primary key's index); the rows are then narrowed to the
         # exact tuples here.
-        if typed:
-            wanted = {(c.object_kind, c.object_id, c.event_type) for c in typed}
+        if wanted:
             rows = conn.execute(
-                select(T.c.object_kind, T.c.object_id, T.c.event_type, T.c.event_pk).where(
+                select(T.c.object_kind, T.c.object_id, T.c.state, T.c.event_pk).where(
                     self._among(T.c.object_kind, {k for k, _, _ in wanted}),
                     self._among(T.c.object_id, {i for _, i, _ in wanted}),
-                    self._among(T.c.event_type, {t for _, _, t in wanted}),
+                    self._among(T.c.state, {t for _, _, t in wanted}),
                 )
             )
             owners = {(r[0], r[1], r[2]): int(r[3]) for r in rows if (r[0], r[1], r[2]) in wanted}
         if guarded:
             objects = {(c.object_kind, c.object_id) for c in guarded}
             projected = conn.execute(
-                select(P.c.object_kind, P.c.object_id, P.c.status, P.c.rank, P.c.event_time).where(
+                select(
+                    P.c.object_kind,
+                    P.c.object_id,
+                    P.c.status,
+                    P.c.stage,
+                    P.c.event_time,
+                    P.c.event_pk,
+                ).where(
                     self._among(P.c.object_kind, {k for k, _ in objects}),
                     self._among(P.c.object_id, {i for _, i in objects}),
                 )
             )
             currents = {
-                (r[0], r[1]): guard.Projected(status=r[2], rank=int(r[3]), event_time=r[4])
+                (r[0], r[1]): guard.Projected(
+                    state=make_state(r[0], r[2], r[3]),
+                    event_time=r[4],
+                    event_pk=int(r[5]),
+                )
                 for r in projected
                 if (r[0], r[1]) in objects
             }
@@ -1000,7 +1047,14 @@ class Store:
             stmt = stmt.on_conflict_do_update(
                 index_elements=["object_kind", "object_id"],
                 # Every column but the key.
-                set_={name: stmt.excluded[name] for name in _OUTCOME_COLUMNS["p"][2:]},
+                set_={
+                    name: (
+                        func.coalesce(stmt.excluded[name], P.c[name])
+                        if name == "object_created_at"
+                        else stmt.excluded[name]
+                    )
+                    for name in _OUTCOME_COLUMNS["p"][2:]
+                },
             )
             conn.execute(stmt, projections)
         if ledger:
@@ -1194,6 +1248,34 @@ class Store:
             )
             return {r.handler: r for r in rows}
 
+    def cutover(self) -> guard.CutOver | None:
+        """The account's cut-over (see :class:`receiver.models.CutOver`), if one is set."""
+        with self.deferred.connect() as conn:
+            return self._cutover(conn)
+
+    def cutover_mode(self) -> str | None:
+        """``adopted``, ``new_account``, or ``None`` when neither was recorded."""
+        with self.deferred.connect() as conn:
+            return conn.execute(select(K.c.mode).where(K.c.name == CUTOVER_NAME)).scalar()
+
+    def set_cutover(self, mode: str, at: datetime | None) -> None:
+        """Record the account's cut-over (``adopted`` at ``at``, or a ``new_account``)."""
+        if mode not in ("adopted", "new_account"):
+            raise ValueError("mode must be 'adopted' or 'new_account'")
+        if (mode == "adopted") != (at is not None):
+            raise ValueError("an adopted account has a cut-over time; a new account has none")
+        values = {
+            "mode": mode,
+            "cutover_at": as_utc(at) if at is not None else None,
+            "recorded_at": self.now(),
+        }
+        with self.engine.begin() as conn:
+            conn.execute(
+                self._insert(K)
+                .values(name=CUTOVER_NAME, **values)
+                .on_conflict_do_update(index_elements=["name"], set_=values)
+            )
+
     def projection(self, kind: str, object_id: str) -> Projection | None:
         with Session(self.deferred) as session:
             return session.get(Projection, (kind, object_id))
@@ -1230,6 +1312,15 @@ def _filter_clauses(flt: EventFilter) -> list[Any]:
     if flt.until is not None:
         clauses.append(E.c.received_at <= as_utc(flt.until))
     return clauses
+
+
+def _reading(claimed: Claimed) -> Reading:
+    """The state a claimed event reports (see :func:`receiver.transitions.read_event`)."""
+    if claimed.object_kind is None or claimed.object_id is None:
+        return Reading(None)
+    return read_event(
+        claimed.object_kind, claimed.event_type, claimed.object_status, claimed.object_stage
+    )
 
 
 def _ledger_row(

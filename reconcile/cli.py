@@ -1,38 +1,73 @@
-"""``reconcile``: recover missed events from the processor's list endpoints.
+"""``reconcile``: recover missed transitions from the processor (lists, sweep, events API).
 
-Exit codes: 0 everything reconciled, 1 something is unresolved (see the report), 2 bad usage
-or configuration, 3 another run holds the lock.
+Exit codes (also in ``--help`` and the README):
+
+- 0: reconciled; nothing is wrong;
+- 1: drift found that the run could not mend (see the report's unresolved items);
+- 2: usage or configuration error;
+- 3: another run holds the lock;
+- 4: the processor could not be read completely (an API or transport failure, a listing
+  that was stuck or ran out of budget, sweep objects left overdue); the report says where;
+- 5: the database is unreachable;
+- 6: this database has no adoption record (run ``reconcile adopt`` or
+  ``reconcile adopt --new-account`` first).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 import click
+from sqlalchemy.exc import OperationalError
 
 from receiver import db
-from receiver.errors import ConfigurationError, HookledgerError
+from receiver.errors import ConfigurationError, HookledgerError, StorageUnavailable
+from receiver.signature import parse_secrets
 from receiver.store import Store
 from reconcile.client import ProcessorClient
-from reconcile.errors import ReconcileLocked
-from reconcile.runner import DEFAULT_KINDS, KIND_NAMES, ReconcileOptions, Reconciler, Report
+from reconcile.errors import AdoptionInProgress, NotAdopted, ReconcileLocked
+from reconcile.report import STATUS_INCOMPLETE, STATUS_UNRESOLVED, Report, render
+from reconcile.runner import (
+    DEFAULT_KINDS,
+    KIND_NAMES,
+    LISTED_KINDS,
+    ReconcileOptions,
+    Reconciler,
+)
 from reconcile.store import RECONCILE_MIGRATIONS, ReconcileStore
+from reconcile.sweep import DEFAULT_HORIZONS, SweepPolicy
 
+EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
+EXIT_PROCESSOR, EXIT_DATABASE, EXIT_NOT_ADOPTED = 4, 5, 6
+
+EXIT_HELP = (
+    "Exit codes: 0 reconciled, 1 drift found, 2 usage or configuration error, 3 another run "
+    "holds the lock, 4 the processor could not be read completely, 5 database unreachable, "
+    "6 no adoption record (run `reconcile adopt`)."
+)
 ENV_HELP = (
     "Environment: HOOKLEDGER_DATABASE_URL (the receiver's database), HOOKLEDGER_PROCESSOR_URL "
     "(API base URL), HOOKLEDGER_API_KEY (secret key, snd_... or prd_...; never a flag), "
-    "HOOKLEDGER_MERCHANT_ID (optional), HOOKLEDGER_PAYMENTS_LIST (hyperswitch|seed), "
+    "HOOKLEDGER_ENVIRONMENT (sandbox|production; required for a key without that prefix), "
+    "HOOKLEDGER_MERCHANT_ID, HOOKLEDGER_ADMIN_API_KEY (optional: turns on the events-API "
+    "path, with HOOKLEDGER_MERCHANT_ID and HOOKLEDGER_SECRETS to verify what it recovers), "
+    "HOOKLEDGER_EVENTS_RESEND (ask the processor to re-send what the events path recovers), "
+    "HOOKLEDGER_PAYMENTS_LIST (hyperswitch|seed; seed also picks the seed's refund filters), "
     "HOOKLEDGER_PAYOUTS_LIST (get|post), HOOKLEDGER_RECONCILE_OVERLAP_MINUTES (60), "
-    "HOOKLEDGER_RECONCILE_LOOKBACK_HOURS (48)."
+    "HOOKLEDGER_RECONCILE_LOOKBACK_HOURS (48), HOOKLEDGER_RECONCILE_MAX_REQUESTS (per listed "
+    "window, 2000), HOOKLEDGER_SWEEP_BUDGET (requests per run, 500), "
+    "HOOKLEDGER_SWEEP_HORIZON_DAYS (e.g. 'payment=30,dispute=180')."
 )
 
-EXIT_UNRESOLVED, EXIT_USAGE, EXIT_LOCKED = 1, 2, 3
+log = logging.getLogger("reconcile.cli")
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
@@ -40,30 +75,107 @@ def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     sys.exit(code)
 
 
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        _fail(f"{name} must be a number, not {raw!r}")
+    if value < 0:
+        _fail(f"{name} must not be negative")
+    return value
+
+
+def _horizons() -> dict[str, timedelta]:
+    horizons = dict(DEFAULT_HORIZONS)
+    raw = os.environ.get("HOOKLEDGER_SWEEP_HORIZON_DAYS", "")
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        kind, sep, days = part.partition("=")
+        kind = kind.strip().rstrip("s")
+        try:
+            value = float(days)
+        except ValueError:
+            value = -1.0
+        if not sep or kind not in horizons or value <= 0:
+            _fail(
+                "HOOKLEDGER_SWEEP_HORIZON_DAYS takes kind=days pairs, e.g. "
+                f"'payment=30,dispute=180' (kinds: {', '.join(horizons)})"
+            )
+        horizons[kind] = timedelta(days=value)
+    return horizons
+
+
 class Context:
     """Lazily built from options and environment when a command runs."""
 
-    def __init__(self, database_url: str | None, processor_url: str | None) -> None:
+    def __init__(
+        self, database_url: str | None, processor_url: str | None, environment: str | None
+    ) -> None:
         self.database_url = database_url
         self.processor_url = processor_url
+        self.environment = environment
         self._inbox: Store | None = None
 
     def inbox(self) -> Store:
         if self._inbox is None:
             if not self.database_url:
                 _fail("set HOOKLEDGER_DATABASE_URL (or --database-url)")
-            self._inbox = Store(db.make_engine(self.database_url))
+            try:
+                self._inbox = Store(db.make_engine(self.database_url))
+            except ConfigurationError as exc:
+                _fail(exc.message)
         return self._inbox
 
     def client(self) -> ProcessorClient:
-        import os
-
         key = os.environ.get("HOOKLEDGER_API_KEY")
         if not self.processor_url:
             _fail("set HOOKLEDGER_PROCESSOR_URL (or --processor-url)")
         if not key:
             _fail("set HOOKLEDGER_API_KEY (the processor's secret API key)")
-        return ProcessorClient(self.processor_url, key)
+        try:
+            return ProcessorClient(
+                self.processor_url,
+                key,
+                environment=cast(Literal["sandbox", "production"] | None, self.environment),
+            )
+        except (ConfigurationError, ValueError) as exc:
+            _fail(exc.message if isinstance(exc, HookledgerError) else str(exc))
+
+    def events_path(self) -> Any:
+        """The events-API path, when an admin key is configured (else ``None``)."""
+        admin_key = os.environ.get("HOOKLEDGER_ADMIN_API_KEY")
+        if not admin_key:
+            return None
+        from reconcile.client import EventsClient
+        from reconcile.undelivered import UndeliveredEvents
+
+        merchant_id = os.environ.get("HOOKLEDGER_MERCHANT_ID")
+        if not merchant_id:
+            _fail("the events-API path (HOOKLEDGER_ADMIN_API_KEY) needs HOOKLEDGER_MERCHANT_ID")
+        try:
+            secrets = parse_secrets(os.environ.get("HOOKLEDGER_SECRETS"))
+        except ConfigurationError as exc:
+            _fail(exc.message)
+        if not secrets:
+            _fail(
+                "the events-API path verifies what it recovers: set HOOKLEDGER_SECRETS "
+                "(the webhook signing secrets)"
+            )
+        environment = self.environment or self.client().environment
+        try:
+            api = EventsClient(
+                str(self.processor_url),
+                admin_key,
+                environment=cast(Literal["sandbox", "production"], environment),
+            )
+        except (ConfigurationError, ValueError) as exc:
+            _fail(exc.message if isinstance(exc, HookledgerError) else str(exc))
+        resend = os.environ.get("HOOKLEDGER_EVENTS_RESEND", "").lower() in ("1", "true", "yes")
+        return UndeliveredEvents(api, self.inbox(), secrets, merchant_id, resend=resend)
 
     def check_schema(self) -> None:
         engine = self.inbox().engine
@@ -72,19 +184,22 @@ class Context:
             db.check_schema(engine, RECONCILE_MIGRATIONS)
         except ConfigurationError as exc:
             _fail(exc.message.replace("hookledger db upgrade", "reconcile db upgrade"))
+        except OperationalError:
+            _fail("the database is unreachable", EXIT_DATABASE)
 
 
 def _options_from_env(**kwargs: Any) -> ReconcileOptions:
-    import os
-
     env = os.environ
     try:
         return ReconcileOptions(
-            overlap=timedelta(minutes=float(env.get("HOOKLEDGER_RECONCILE_OVERLAP_MINUTES", 60))),
-            lookback=timedelta(hours=float(env.get("HOOKLEDGER_RECONCILE_LOOKBACK_HOURS", 48))),
+            overlap=timedelta(minutes=_env_float("HOOKLEDGER_RECONCILE_OVERLAP_MINUTES", 60)),
+            lookback=timedelta(hours=_env_float("HOOKLEDGER_RECONCILE_LOOKBACK_HOURS", 48)),
             payments_dialect=env.get("HOOKLEDGER_PAYMENTS_LIST", "hyperswitch"),  # type: ignore[arg-type]
             payouts_dialect=env.get("HOOKLEDGER_PAYOUTS_LIST", "get"),  # type: ignore[arg-type]
             merchant_id=env.get("HOOKLEDGER_MERCHANT_ID") or None,
+            max_requests=int(_env_float("HOOKLEDGER_RECONCILE_MAX_REQUESTS", 2000)) or 1,
+            sweep_budget=int(_env_float("HOOKLEDGER_SWEEP_BUDGET", 500)),
+            sweep_policy=SweepPolicy(horizons=_horizons()),
             **kwargs,
         )
     except ValueError as exc:
@@ -102,74 +217,99 @@ def _progress() -> Callable[[str, int], None] | None:
     return show
 
 
-def render(report: dict[str, Any]) -> str:
-    """The report as a table for people."""
-    lines = [
-        f"reconcile run #{report['run_id']} ({report['mode']}"
-        f"{', dry run' if report['dry_run'] else ''}): {report['status']} "
-        f"in {report['duration_seconds']:.2f} s",
-        f"{'kind':<9} {'checked':>7} {'in_sync':>7} {'recovered':>9} {'queued':>6} "
-        f"{'no_event':>8} {'local_only':>10} {'unresolved':>10}  window",
-    ]
-    for name, k in report["kinds"].items():
-        start, end = (w[:19] for w in k["window"])
-        lines.append(
-            f"{name:<9} {k['checked']:>7} {k['in_sync']:>7} {k['recovered_total']:>9} "
-            f"{k['already_queued']:>6} {k['no_event']:>8} {k['local_only']:>10} "
-            f"{k['unresolved']:>10}  {start}..{end}"
-        )
-        for event_type, n in k["recovered"].items():
-            lines.append(f"{'':<9} recovered {n} x {event_type}")
-        for label in (
-            "remote_errors",
-            "incomplete",
-            "local_ahead_sample",
-            "mismatched_sample",
-            "local_only_sample",
-        ):
-            for item in k[label]:
-                lines.append(f"{'':<9} {label.replace('_sample', '')}: {item}")
-    totals = report["totals"]
-    lines.append(
-        f"total: checked {totals.get('checked', 0)}, recovered {totals.get('recovered', 0)}, "
-        f"unresolved {totals.get('unresolved', 0)}, dead-lettered events in the inbox "
-        f"{report['dead_letter_events']}"
-    )
-    return "\n".join(lines)
+def exit_code(report: Report) -> int:
+    """The documented exit code of a finished run's report."""
+    if report.status == STATUS_INCOMPLETE:
+        return EXIT_PROCESSOR
+    if report.status == STATUS_UNRESOLVED:
+        return EXIT_UNRESOLVED
+    return EXIT_OK
 
 
-def _emit(report: Report, as_json: bool) -> None:
-    data = report.as_dict()
-    click.echo(json.dumps(data, indent=2) if as_json else render(data))
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn the run's errors into one line on stderr and a documented exit code."""
+    try:
+        yield
+    except ReconcileLocked as exc:
+        _fail(exc.message, EXIT_LOCKED)
+    except (NotAdopted, AdoptionInProgress) as exc:
+        _fail(exc.message, EXIT_NOT_ADOPTED)
+    except (StorageUnavailable, OperationalError):
+        _fail("the database is unreachable", EXIT_DATABASE)
+    except ConfigurationError as exc:
+        _fail(exc.message)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+def _emit(data: Mapping[str, Any], as_json: bool, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
 @click.group(
     "reconcile",
     invoke_without_command=True,
-    help="Recover missed webhook events from the processor's list endpoints.\n\n" + ENV_HELP,
+    help="Recover missed webhook events from the processor (lists, open-object sweep, "
+    "events API).\n\n" + ENV_HELP + "\n\n" + EXIT_HELP,
 )
-@click.option("--database-url", envvar="HOOKLEDGER_DATABASE_URL", default=None)
-@click.option("--processor-url", envvar="HOOKLEDGER_PROCESSOR_URL", default=None)
+@click.option(
+    "--database-url",
+    envvar="HOOKLEDGER_DATABASE_URL",
+    default=None,
+    help="The receiver's database (HOOKLEDGER_DATABASE_URL).",
+)
+@click.option(
+    "--processor-url",
+    envvar="HOOKLEDGER_PROCESSOR_URL",
+    default=None,
+    help="The processor's API base URL (HOOKLEDGER_PROCESSOR_URL).",
+)
+@click.option(
+    "--environment",
+    envvar="HOOKLEDGER_ENVIRONMENT",
+    type=click.Choice(["sandbox", "production"]),
+    default=None,
+    help="Pin sandbox or production (HOOKLEDGER_ENVIRONMENT); needed for keys without a "
+    "snd_/prd_ prefix, and checked against the key otherwise.",
+)
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
 @click.pass_context
 def cli(
-    ctx: click.Context, database_url: str | None, processor_url: str | None, verbose: int
+    ctx: click.Context,
+    database_url: str | None,
+    processor_url: str | None,
+    environment: str | None,
+    verbose: int,
 ) -> None:
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    ctx.obj = Context(database_url, processor_url)
+    ctx.obj = Context(database_url, processor_url, environment)
     if ctx.invoked_subcommand is None:
         ctx.invoke(run_cmd)
 
 
-@cli.command("run")
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None else None
+
+
+@cli.command("run", help="One reconcile run (the default command).\n\n" + EXIT_HELP)
 @click.option(
-    "--mode", type=click.Choice(["incremental", "wide"]), default="incremental", show_default=True
+    "--mode",
+    type=click.Choice(["incremental", "wide"]),
+    default="incremental",
+    show_default=True,
+    help="incremental: from each watermark; wide: the last --wide-hours.",
 )
 @click.option("--since", type=click.DateTime(), default=None, help="Window start (UTC).")
-@click.option("--until", type=click.DateTime(), default=None, help="Window end (UTC).")
+@click.option(
+    "--until",
+    type=click.DateTime(),
+    default=None,
+    help="Window end (UTC; a time in the future is clamped to now).",
+)
 @click.option(
     "--kind",
     "kinds",
@@ -177,6 +317,13 @@ def cli(
     multiple=True,
     help="Kinds to reconcile (default: all).",
 )
+@click.option(
+    "--sweep-budget",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Requests the open-object sweep may spend (0: no sweep).",
+)
+@click.option("--no-events", is_flag=True, help="Skip the events-API path.")
 @click.option("--dry-run", is_flag=True, help="Show what would be recovered; insert nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait for a running run.")
@@ -187,48 +334,58 @@ def run_cmd(
     since: datetime | None = None,
     until: datetime | None = None,
     kinds: tuple[str, ...] = (),
+    sweep_budget: int | None = None,
+    no_events: bool = False,
     dry_run: bool = False,
     as_json: bool = False,
     wait: float = 0.0,
 ) -> None:
-    """One reconcile run (the default command)."""
-    window: dict[str, Any] = {}
+    window: dict[str, Any] = {"mode": mode, "until": _utc(until)}
     if since is not None:
         window = {
             "mode": "window",
-            "since": since.replace(tzinfo=UTC),
-            "until": (until or datetime.now(UTC)).replace(tzinfo=UTC),
+            "since": _utc(since),
+            "until": _utc(until) or datetime.now(UTC),
         }
-    elif until is not None:
-        window = {"mode": mode, "until": until.replace(tzinfo=UTC)}
-    else:
-        window = {"mode": mode}
+    extra: dict[str, Any] = {}
+    if sweep_budget is not None:
+        extra["sweep_budget"] = sweep_budget
     options = _options_from_env(
-        kinds=kinds or DEFAULT_KINDS, dry_run=dry_run, lock_wait=wait, **window
+        kinds=kinds or DEFAULT_KINDS,
+        dry_run=dry_run,
+        lock_wait=wait,
+        events=not no_events,
+        **window,
+        **extra,
     )
     obj.check_schema()
     client = obj.client()
     try:
-        report = Reconciler(client, obj.inbox(), progress=_progress()).run(options)
-    except ReconcileLocked as exc:
-        _fail(exc.message, EXIT_LOCKED)
-    except HookledgerError as exc:
-        _fail(exc.message)
+        with _errors():
+            reconciler = Reconciler(
+                client, obj.inbox(), progress=_progress(), events=obj.events_path()
+            )
+            report = reconciler.run(options)
     finally:
         client.close()
     if sys.stderr.isatty():
         sys.stderr.write("\n")
-    _emit(report, as_json)
-    if report.unresolved and not dry_run:
-        sys.exit(EXIT_UNRESOLVED)
+    data = report.as_dict()
+    _emit(data, as_json, render(data))
+    sys.exit(exit_code(report))
 
 
-@cli.command("report")
-@click.option("--limit", type=int, default=1, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@cli.command("report", help="Show the latest stored run reports.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="How many runs, newest first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
 @click.pass_obj
 def report_cmd(obj: Context, limit: int, as_json: bool) -> None:
-    """Show the latest stored run reports."""
     obj.check_schema()
     runs = ReconcileStore(obj.inbox().engine).runs(limit)
     if as_json:
@@ -242,7 +399,138 @@ def report_cmd(obj: Context, limit: int, as_json: bool) -> None:
             click.echo(f"reconcile run #{r.id} ({r.mode}): {r.status} {data}")
 
 
-@cli.command("schedule")
+@cli.command(
+    "adopt",
+    help="Go live on an account with history: record the processor's current state as "
+    "already seen (dispatching nothing) and a cut-over, so no path ever dispatches what "
+    "happened before it. Resumable: run it again until it says finished. With "
+    "--new-account: declare an account with nothing before hookledger.\n\n" + EXIT_HELP,
+)
+@click.option(
+    "--new-account",
+    is_flag=True,
+    help="The account has no history before hookledger: dispatch everything found.",
+)
+@click.option(
+    "--since",
+    type=click.DateTime(),
+    default=None,
+    help="Read history from here (UTC; default: as far back as the sweep follows each kind).",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    type=click.Choice(sorted(LISTED_KINDS)),
+    multiple=True,
+    help="Kinds to adopt (default: every listed kind).",
+)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    default=5000,
+    show_default=True,
+    help="Requests this run may spend; run adopt again to go on.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be recorded; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def adopt_cmd(
+    obj: Context,
+    new_account: bool,
+    since: datetime | None,
+    kinds: tuple[str, ...],
+    max_requests: int,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    from reconcile.adoption import Adopter, AdoptOptions, render_adoption
+
+    obj.check_schema()
+    client = obj.client()
+    try:
+        with _errors():
+            adopter = Adopter(client, obj.inbox())
+            if new_account:
+                report = adopter.declare_new_account()
+            else:
+                env = os.environ
+                report = adopter.adopt(
+                    AdoptOptions(
+                        kinds=kinds or LISTED_KINDS,
+                        since=_utc(since),
+                        max_requests=max_requests,
+                        dry_run=dry_run,
+                        payments_dialect=env.get("HOOKLEDGER_PAYMENTS_LIST", "hyperswitch"),  # type: ignore[arg-type]
+                        payouts_dialect=env.get("HOOKLEDGER_PAYOUTS_LIST", "get"),  # type: ignore[arg-type]
+                        sweep_policy=SweepPolicy(horizons=_horizons()),
+                    )
+                )
+    finally:
+        client.close()
+    data = report.as_dict()
+    _emit(data, as_json, render_adoption(data))
+    incomplete = any(k.incomplete for k in report.kinds.values())
+    sys.exit(EXIT_PROCESSOR if incomplete or not report.finished else EXIT_OK)
+
+
+@cli.command(
+    "backfill",
+    help="Dispatch transitions adoption recorded as already seen, for objects created in "
+    "--since..--until. Without --yes it only counts them (a dry run).",
+)
+@click.option("--since", type=click.DateTime(), required=True, help="Window start (UTC).")
+@click.option("--until", type=click.DateTime(), default=None, help="Window end (UTC; now).")
+@click.option(
+    "--kind",
+    "kinds",
+    type=click.Choice(sorted(LISTED_KINDS)),
+    multiple=True,
+    help="Kinds (default: every listed kind).",
+)
+@click.option("--yes", is_flag=True, help="Dispatch them (after looking at the dry-run count).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def backfill_cmd(
+    obj: Context,
+    since: datetime,
+    until: datetime | None,
+    kinds: tuple[str, ...],
+    yes: bool,
+    as_json: bool,
+) -> None:
+    from reconcile.adoption import Backfill
+
+    obj.check_schema()
+    client = obj.client()
+    try:
+        with _errors():
+            reconciler = Reconciler(client, obj.inbox())
+            reconciler.check_adopted()
+            report = Backfill(reconciler).run(
+                cast(datetime, _utc(since)),
+                _utc(until) or datetime.now(UTC),
+                kinds=kinds or LISTED_KINDS,
+                dry_run=not yes,
+            )
+    finally:
+        client.close()
+    data = report.as_dict()
+    verb = "would dispatch" if report.dry_run else "dispatched"
+    lines = [f"backfill {data['window'][0]}..{data['window'][1]}: {verb} {data['total']}"]
+    for name, k in data["kinds"].items():
+        for event_type, n in k["recovered"].items():
+            lines.append(f"  {name}: {n} x {event_type}")
+    if report.dry_run:
+        lines.append("  (dry run: add --yes to dispatch them)")
+    _emit(data, as_json, "\n".join(lines))
+
+
+@cli.command(
+    "schedule",
+    help="Run the reconcile schedule in this process until SIGTERM: an incremental run "
+    "(lists from the watermarks, the sweep, the events API) every --every minutes and a wide "
+    "run nightly. Refuses to start (exit 6) on a database without an adoption record.",
+)
 @click.option(
     "--every",
     "every_minutes",
@@ -257,31 +545,59 @@ def report_cmd(obj: Context, limit: int, as_json: bool) -> None:
     type=float,
     default=48.0,
     show_default=True,
-    help="How far back the nightly run looks.",
+    help="How far back the nightly run's lists look.",
 )
-@click.option("--misfire-grace", type=int, default=300, show_default=True)
+@click.option(
+    "--nightly-sweep-budget",
+    type=click.IntRange(min=0),
+    default=5000,
+    show_default=True,
+    help="Requests the nightly run's sweep may spend.",
+)
+@click.option(
+    "--misfire-grace",
+    type=int,
+    default=300,
+    show_default=True,
+    help="Seconds a late run may still start.",
+)
 @click.pass_obj
 def schedule_cmd(
-    obj: Context, every_minutes: float, nightly_at: str, nightly_hours: float, misfire_grace: int
+    obj: Context,
+    every_minutes: float,
+    nightly_at: str,
+    nightly_hours: float,
+    nightly_sweep_budget: int,
+    misfire_grace: int,
 ) -> None:
-    """Run the reconcile schedule in this process until SIGTERM."""
     from reconcile import scheduler as sched
 
     obj.check_schema()
-    log = logging.getLogger("reconcile.scheduler")
+    logger = logging.getLogger("reconcile.scheduler")
+    probe = obj.client()
+    try:
+        with _errors():
+            Reconciler(probe, obj.inbox()).check_adopted()
+    finally:
+        probe.close()
 
     def run(mode: str) -> None:
-        options = _options_from_env(
-            mode=mode, wide_window=timedelta(hours=nightly_hours), lock_wait=0.0
-        )
+        extra: dict[str, Any] = {}
+        if mode == "wide":
+            extra = {
+                "wide_window": timedelta(hours=nightly_hours),
+                "sweep_budget": nightly_sweep_budget,
+            }
+        options = _options_from_env(mode=mode, lock_wait=0.0, **extra)
         client = obj.client()
         try:
-            report = Reconciler(client, obj.inbox()).run(options)
-            log.warning("%s", render(report.as_dict()))
+            report = Reconciler(client, obj.inbox(), events=obj.events_path()).run(options)
+            level = logging.INFO if report.status == "ok" else logging.WARNING
+            logger.log(level, "%s", render(report.as_dict()))
         except ReconcileLocked as exc:
-            log.warning("skipped: %s", exc.message)
+            logger.warning("skipped: %s", exc.message)
         except Exception:
-            log.exception("reconcile run failed")
+            logger.exception("reconcile run failed")
         finally:
             client.close()
 
@@ -297,7 +613,7 @@ def schedule_cmd(
         _fail(str(exc))
 
     def stop(signum: int, _frame: Any) -> None:
-        log.warning("signal %d: stopping after the current run", signum)
+        logger.warning("signal %d: stopping after the current run", signum)
         scheduler.shutdown(wait=True)
 
     signal.signal(signal.SIGTERM, stop)
@@ -310,19 +626,36 @@ def schedule_cmd(
     scheduler.start()
 
 
-@cli.group("db")
+@cli.group("db", help="Schema migrations (the receiver's and the reconciler's tables).")
 def db_group() -> None:
-    """Schema migrations (the receiver's and the reconciler's tables)."""
+    pass
 
 
-@db_group.command("upgrade")
+@db_group.command("upgrade", help="Create or upgrade every hookledger table.")
 @click.pass_obj
 def db_upgrade(obj: Context) -> None:
-    """Create or upgrade every hookledger table."""
     engine = obj.inbox().engine
-    db.upgrade(engine)
-    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    try:
+        db.upgrade(engine)
+        db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    except OperationalError:
+        _fail("the database is unreachable", EXIT_DATABASE)
     click.echo("hookledger schema up to date")
+
+
+@db_group.command("current", help="Show the schema revisions of both migration trees.")
+@click.pass_obj
+def db_current(obj: Context) -> None:
+    engine = obj.inbox().engine
+    try:
+        receiver_rev = db.current_revision(engine)
+        reconcile_rev = db.current_revision(engine, RECONCILE_MIGRATIONS)
+    except OperationalError:
+        _fail("the database is unreachable", EXIT_DATABASE)
+    click.echo(
+        f"receiver {receiver_rev or 'none'} (head {db.head_revision()}), reconcile "
+        f"{reconcile_rev or 'none'} (head {db.head_revision(RECONCILE_MIGRATIONS)})"
+    )
 
 
 def main() -> None:

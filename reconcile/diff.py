@@ -1,150 +1,200 @@
 """The reconciliation diff (pure, no I/O): remote object vs local projection -> what to do.
 
-For each remote object the processor lists, compare its status with the latest status the
-merchant's side has projected from events. A remote transition the projection has not seen
-becomes a synthesised event with a deterministic id and the remote object as
-``content.object``; it then goes through the receiver's inbox like any webhook, so dedupe,
-the staleness guard, the handler ledger and the transition-once rule all apply.
+For each remote object the processor shows (listed, or fetched by id), compare its state
+(status, and a dispute's stage) with the state the merchant's side has projected from
+events, in the kind's transition model (:mod:`receiver.transitions`). A remote state the
+projection has not reached becomes a synthesised event with a deterministic id and the
+remote object as ``content.object``; it then goes through the receiver's inbox like any
+webhook, so dedupe, the staleness guard, the handler ledger and the transition-once rule
+all apply.
+
+**Honest dating.** A synthesised event is dated when the object last changed if the kind's
+objects carry a real modification time (a payment's ``modified_at``, a refund's
+``updated_at``); disputes, payouts and mandates carry none (Hyperswitch's
+``DisputeResponse``, ``PayoutCreateResponse`` and ``MandateResponse`` have only creation
+times, if that), so their events are dated when the reconciler observed the object, never
+at its creation: the transition happened at or before that moment, and after everything
+the merchant's side had seen when the object was read.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, Final, Literal
 
+from receiver import objects, transitions
 from receiver import status as statuses
 from receiver.clock import as_utc
-from receiver.events import parse_timestamp
-from receiver.factories import encode, format_timestamp
+from receiver.transitions import State
+from reconcile.errors import escape_id
 
 Verdict = Literal["in_sync", "missed", "no_event", "local_ahead", "unknown_status"]
+DatedBy = Literal["modified", "observed"]
+
+#: Longest object id a database column of the inbox holds.
+MAX_ID_LENGTH: Final = 255
+
+
+#: Where each kind keeps its id, status, stage and times (shared with ``observe``).
+KINDS = objects.KINDS
 
 
 @dataclass(frozen=True, slots=True)
-class KindSpec:
-    """Where a kind's content type, id, status and change time live in its API object."""
+class Remote:
+    """A remote object as the reconciler reads it."""
 
-    content_type: str
-    id_field: str
-    status_field: str
-    time_fields: tuple[str, ...]  # newest first
+    kind: str
+    object_id: str
+    #: ``None`` when the object carries no usable status.
+    state: State | None
+    created: datetime | None
+    #: The real modification time, for kinds that have one.
+    modified: datetime | None
+    raw: Mapping[str, Any]
 
 
-KINDS: Final[Mapping[str, KindSpec]] = {
-    "payment": KindSpec(
-        "payment_details", "payment_id", "status", ("modified_at", "updated", "created")
-    ),
-    "refund": KindSpec(
-        "refund_details",
-        "refund_id",
-        "status",
-        ("updated_at", "modified_at", "created_at", "created"),
-    ),
-    "payout": KindSpec(
-        "payout_details", "payout_id", "status", ("modified_at", "updated_at", "created")
-    ),
-    "dispute": KindSpec(
-        "dispute_details",
-        "dispute_id",
-        "dispute_status",
-        ("modified_at", "updated_at", "created_at", "created"),
-    ),
-}
+@dataclass(frozen=True, slots=True)
+class BadRow:
+    """A remote row the reconciler cannot use: reported (never stored), then skipped."""
+
+    kind: str
+    #: The id with unsafe characters escaped (``None``: no id at all).
+    object_id: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.object_id or '(no id)'}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    """What the merchant's side projects for an object: its state and the event behind it."""
+
+    state: State
+    event_pk: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Finding:
     """The verdict for one remote object."""
 
-    kind: str
-    object_id: str
-    remote_status: str | None
-    local_status: str | None
+    remote: Remote
+    local: Local | None
     verdict: Verdict
     event_type: str | None = None
 
+    @property
+    def object_id(self) -> str:
+        return self.remote.object_id
 
-def object_id_of(kind: str, remote: Mapping[str, Any]) -> str | None:
-    value = remote.get(KINDS[kind].id_field)
-    return value if isinstance(value, str) and value else None
+    def describe(self) -> str:
+        local = self.local.state if self.local is not None else "nothing"
+        return f"{escape_id(self.object_id)}: local {local}, remote {self.remote.state}"
 
 
-def status_of(kind: str, remote: Mapping[str, Any]) -> Any:
-    """The remote object's status (a dispute's is ``dispute_status``)."""
+def clean_text(value: object, limit: int = MAX_ID_LENGTH) -> str | None:
+    """Why ``value`` cannot be stored as an id or a status, or ``None`` when it can."""
+    if not isinstance(value, str):
+        return f"is {'missing' if value is None else 'not a string'}"
+    if not value.strip():
+        return "is empty"
+    if len(value) > limit:
+        return f"is longer than {limit} characters"
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired surrogate"
+    return None
+
+
+def read_remote(kind: str, obj: object) -> Remote | BadRow:
+    """Read one remote object of ``kind``; any value yields a :class:`BadRow` at worst."""
     spec = KINDS[kind]
-    return remote.get(spec.status_field, remote.get("status"))
-
-
-def compare(kind: str, object_id: str, remote_status: Any, local_status: str | None) -> Finding:
-    """Decide what a remote object's status means against the local projection."""
-    remote, verdict, event_type = _verdict(
-        kind, remote_status if isinstance(remote_status, str) else None, local_status
-    )
-    return Finding(
+    if not isinstance(obj, Mapping):
+        return BadRow(kind, None, "the row is not a JSON object")
+    raw_id = obj.get(spec.id_field)
+    problem = clean_text(raw_id)
+    if problem is not None:
+        shown = escape_id(raw_id) if isinstance(raw_id, str) else None
+        return BadRow(kind, shown, f"{spec.id_field} {problem}")
+    assert isinstance(raw_id, str)
+    status = obj.get(spec.status_field, obj.get("status"))
+    if status is not None and (problem := clean_text(status, 64)) is not None:
+        return BadRow(kind, escape_id(raw_id), f"{spec.status_field} {problem}")
+    stage = obj.get(spec.stage_field) if spec.stage_field else None
+    if stage is not None and clean_text(stage, 64) is not None:
+        return BadRow(kind, escape_id(raw_id), f"{spec.stage_field} is not a clean string")
+    return Remote(
         kind=kind,
-        object_id=object_id,
-        remote_status=remote,
-        local_status=local_status,
-        verdict=verdict,
-        event_type=event_type,
+        object_id=raw_id,
+        state=objects.state_of(kind, obj),
+        created=objects.created_time(kind, obj),
+        modified=objects.modified_time(kind, obj),
+        raw=obj,
     )
 
 
-@lru_cache(maxsize=4096)
-def _verdict(
-    kind: str, remote_status: str | None, local_status: str | None
-) -> tuple[str | None, Verdict, str | None]:
-    """``compare`` for a pair of statuses (cached: a run meets a handful of pairs, many times
-    each): the normalised remote status, the verdict and the event type of a missed one."""
-    remote = statuses.normalize_status(kind, remote_status)
-    remote_rank = statuses.rank(kind, remote)
-    if remote is None or remote_rank is None:
-        return remote, "unknown_status", None
-    if local_status == remote:
-        return remote, "in_sync", None
-    local_rank = statuses.rank(kind, local_status)
-    if local_rank is not None and local_rank > remote_rank:
-        return remote, "local_ahead", None
-    event_type = statuses.event_type_for_status(kind, remote)
+def compare(remote: Remote, local: Local | None) -> Finding:
+    """What a remote object's state means against the local projection."""
+    state = remote.state
+    model = transitions.lifecycle(remote.kind)
+    if state is None or model is None or not model.knows(state.status):
+        return Finding(remote=remote, local=local, verdict="unknown_status")
+    event_type = statuses.event_type_for_status(remote.kind, state.status)
+    if local is not None:
+        order = transitions.order(local.state, state)
+        if order == "same":
+            return Finding(remote=remote, local=local, verdict="in_sync")
+        if order == "backward":
+            return Finding(remote=remote, local=local, verdict="local_ahead")
     if event_type is None:
-        # A status the processor emits no event for (requires_payment_method, pending...):
-        # nothing to dispatch; the object simply has not reached an event-worthy state.
-        return remote, "no_event", None
-    return remote, "missed", event_type
+        # A status the processor sends no event for (requires_payment_method, pending...).
+        return Finding(remote=remote, local=local, verdict="no_event")
+    return Finding(remote=remote, local=local, verdict="missed", event_type=event_type)
 
 
-def synthetic_event_id(kind: str, object_id: str, event_type: str) -> str:
-    """Deterministic: the same missed transition always gets the same id (runs dedupe)."""
-    digest = hashlib.sha256(f"{kind}\x1f{object_id}\x1f{event_type}".encode()).hexdigest()
-    return f"rec_{digest[:32]}"
+def synthetic_event_id(kind: str, object_id: str, state_key: str, after: int) -> str:
+    """Deterministic per (object, remote state, the local event it moves on from): runs that
+    find the same gap dedupe, and a later return to a state gets a new id."""
+    return objects.event_id_for("rec", kind, object_id, state_key, after)
 
 
-def event_time(kind: str, remote: Mapping[str, Any], fallback: datetime) -> datetime:
-    """When the remote object last changed (its modified time), else ``fallback``."""
-    for field in KINDS[kind].time_fields:
-        parsed = parse_timestamp(remote.get(field))
-        if parsed is not None:
-            return parsed
-    return as_utc(fallback)
+def event_time(remote: Remote, observed: datetime) -> tuple[datetime, DatedBy]:
+    """When the remote object's transition is dated (see the module docstring)."""
+    modified, created = remote.modified, remote.created
+    if modified is not None and (created is None or modified >= created):
+        return as_utc(modified), "modified"
+    return as_utc(observed), "observed"
 
 
 def synthesise(
-    finding: Finding, remote: Mapping[str, Any], *, merchant_id: str | None, now: datetime
-) -> bytes:
-    """The body of the event the processor would have sent for ``finding`` (compact JSON)."""
-    if finding.verdict != "missed" or finding.event_type is None:
+    finding: Finding,
+    *,
+    merchant_id: str | None,
+    observed: datetime,
+    event_id: str | None = None,
+) -> tuple[bytes, str, DatedBy]:
+    """The body of the event the processor would have sent for ``finding`` (compact JSON),
+    its event id and how it was dated. Raises :class:`ValueError` when the remote object
+    cannot be encoded (an unpaired surrogate in its metadata, nesting too deep to encode)."""
+    remote = finding.remote
+    if finding.verdict != "missed" or finding.event_type is None or remote.state is None:
         raise ValueError("only a missed transition is synthesised")
-    content_type = KINDS[finding.kind].content_type
-    merchant = merchant_id or remote.get("merchant_id")
-    body = {
-        "merchant_id": merchant if isinstance(merchant, str) else None,
-        "event_id": synthetic_event_id(finding.kind, finding.object_id, finding.event_type),
-        "event_type": finding.event_type,
-        "content": {"type": content_type, "object": dict(remote)},
-        "timestamp": format_timestamp(event_time(finding.kind, remote, now)),
-    }
-    return encode(body)
+    after = finding.local.event_pk if finding.local is not None else 0
+    event_id = event_id or synthetic_event_id(
+        remote.kind, remote.object_id, remote.state.key, after
+    )
+    when, dated_by = event_time(remote, observed)
+    body = objects.event_body(
+        remote.kind,
+        remote.raw,
+        event_id=event_id,
+        event_type=finding.event_type,
+        timestamp=when,
+        merchant_id=merchant_id,
+    )
+    return body, event_id, dated_by

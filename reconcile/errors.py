@@ -34,11 +34,13 @@ from typing import Any, ClassVar
 from receiver.errors import ConfigurationError, HookledgerError
 
 __all__ = [
+    "AdoptionInProgress",
     "ApiError",
     "AuthenticationError",
     "EnvironmentMismatch",
     "InvalidApiKey",
     "InvalidRequest",
+    "NotAdopted",
     "NotFound",
     "PagingError",
     "ProcessorError",
@@ -46,6 +48,7 @@ __all__ = [
     "ServerError",
     "TransportError",
     "api_error_from_response",
+    "escape_id",
     "safe_excerpt",
 ]
 
@@ -233,6 +236,22 @@ def safe_excerpt(text: str, limit: int = EXCERPT_LIMIT) -> str:
     return text
 
 
+def escape_id(value: object, limit: int = 80) -> str:
+    """A foreign id made safe to print: NUL, control characters, unpaired surrogates and
+    other non-printables escaped (``\\x00``, ``\\ud800``), at most ``limit`` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    out = []
+    for ch in text:
+        if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF:
+            out.append(ch)
+        elif ord(ch) < 0x100:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+    escaped = "".join(out)
+    return escaped if len(escaped) <= limit else escaped[: limit - 1] + "…"
+
+
 def _field(error: dict[str, Any], name: str, redact: Callable[[str], str]) -> str | None:
     value = error.get(name)
     if value is None:
@@ -308,3 +327,12 @@ class ReconcileError(HookledgerError):
 
 class ReconcileLocked(ReconcileError):
     """Another reconcile run is in progress."""
+
+
+class NotAdopted(ReconcileError):
+    """This database has no adoption record: run `reconcile adopt` (an account with history)
+    or `reconcile adopt --new-account` (an account with nothing before hookledger)."""
+
+
+class AdoptionInProgress(ReconcileError):
+    """An adoption has begun but not finished: run `reconcile adopt` again to finish it."""

@@ -75,3 +75,48 @@ class SeenBatch(Base, table=True):
     run_id: int = Field(sa_column=Column(BigInteger, nullable=False))
     kind: str = Field(max_length=32)
     object_ids: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class FollowedObject(Base, table=True):
+    """An object the open-object sweep re-fetches by id until it settles or ages out.
+
+    A row is written whenever the reconciler sees an object in a state that is not settled
+    for its kind (listed, fetched, or adopted); objects whose *projection* is not settled
+    are followed even without a row. ``next_check_at`` spaces the checks out as the object
+    ages (see :mod:`reconcile.sweep`).
+    """
+
+    __tablename__ = "hookledger_recon_object"
+    __table_args__ = (
+        Index("ix_hookledger_recon_object_kind_next_check_at", "kind", "next_check_at"),
+    )
+
+    kind: str = Field(primary_key=True, max_length=32)
+    object_id: str = Field(primary_key=True, max_length=255)
+    #: The object's creation time at the processor, when it shows one.
+    created_at: datetime | None = Field(default=None)
+    first_seen_at: datetime
+    #: The remote status (and a dispute's stage) when last seen.
+    status: str = Field(max_length=64)
+    stage: str | None = Field(default=None, max_length=64)
+    last_checked_at: datetime
+    next_check_at: datetime
+    checks: int = Field(default=0)
+
+
+class Adoption(Base, table=True):
+    """Progress of ``reconcile adopt`` per kind (resumable), and its report.
+
+    ``reached``: the listing has recorded every object created from there up to the
+    cut-over (it pages newest first); ``finished_at`` is set when the kind is done.
+    """
+
+    __tablename__ = "hookledger_recon_adoption"
+
+    kind: str = Field(primary_key=True, max_length=32)
+    cutover_at: datetime
+    started_at: datetime
+    history_start: datetime
+    reached: datetime | None = Field(default=None)
+    finished_at: datetime | None = Field(default=None)
+    counts: str = Field(sa_column=Column(Text, nullable=False))

@@ -1,31 +1,48 @@
-"""One reconcile run: page through the processor's lists, diff, feed missed transitions.
+"""One reconcile run: the three paths that feed missed transitions into the inbox.
 
-The diff is pure (:mod:`reconcile.diff`); this module is the adapter that pages through the
-API client, reads the projection, inserts synthesised events through the receiver's inbox
-(source ``reconcile``), keeps the watermarks and writes the report.
+1. **Events API** (when an admin key is configured, :mod:`reconcile.undelivered`): the
+   processor's undelivered webhooks of the last 90 days, fetched with their original signed
+   bytes, verified and stored under their original ids.
+2. **Lists** (this module): each kind's objects created in a window (the processor's lists
+   filter on creation time), with a watermark and an overlap, diffed against the
+   projection.
+3. **Sweep** (:mod:`reconcile.sweep`): every object not yet settled, re-fetched by id, for
+   the late changes no creation window shows.
+
+The diff is pure (:mod:`reconcile.diff`); recovering a missed transition is the same step
+for the lists and the sweep (:mod:`reconcile.recovery`). One run at a time across hosts
+(a database lock). The report (:mod:`reconcile.report`) is stored and returned.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from receiver.clock import Clock, as_utc, utcnow
-from receiver.events import parse_event
 from receiver.models import EventStatus
 from receiver.store import Store
+from receiver.transitions import is_settled
 from receiver.worker import worker_name
-from reconcile import diff
 from reconcile.client import ProcessorClient
-from reconcile.errors import ProcessorError
+from reconcile.diff import Remote
+from reconcile.errors import (
+    AdoptionInProgress,
+    NotAdopted,
+    NotFound,
+    ProcessorError,
+    escape_id,
+)
 from reconcile.paging import Pager
 from reconcile.prefetch import Prefetch
+from reconcile.recovery import Recovery, RecoveryOptions
+from reconcile.report import SAMPLE, EventsReport, KindReport, Report, SweepReport
 from reconcile.store import ReconcileStore
+from reconcile.sweep import Due, FollowedObjects, SweepPolicy
 
 log = logging.getLogger("reconcile.runner")
 
@@ -35,8 +52,11 @@ KIND_NAMES: Final[Mapping[str, str]] = {
     "refunds": "refund",
     "payouts": "payout",
     "disputes": "dispute",
+    "mandates": "mandate",
 }
-DEFAULT_KINDS: Final = ("payments", "refunds", "payouts", "disputes")
+#: Kinds the processor lists (mandates have no list: only the sweep follows them).
+LISTED_KINDS: Final = ("payments", "refunds", "payouts", "disputes")
+DEFAULT_KINDS: Final = ("payments", "refunds", "payouts", "disputes", "mandates")
 
 Mode = Literal["incremental", "wide", "window"]
 Progress = Callable[[str, int], None]
@@ -44,24 +64,33 @@ Progress = Callable[[str, int], None]
 #: Remote objects diffed and marked seen together: one database round trip per chunk.
 CHUNK: Final = 500
 #: When the listing fails, the objects gathered so far are diffed in whole units of this
-#: many (a run has always left the last partial hundred of a failed listing undiffed).
+#: many (the last partial hundred of a failed listing is left for the next run).
 CHUNK_UNIT: Final = 100
 #: Chunks listed ahead of the one being written (bounded: memory stays constant).
 PREFETCH_DEPTH: Final = 2
 #: When a run fails while listing ahead, how long it waits for the request in flight.
 PREFETCH_STOP_TIMEOUT: Final = 10.0
-#: Missed transitions gathered (over chunks) before they are inserted in one transaction.
-#: Their chunks' seen marks are already committed; if the run dies in between, it is
-#: "failed" and the next run finds the same transitions missing and recovers them.
-RECOVER_BATCH: Final = 100
+#: The cost of one listed window, at most (the pager reports a window it had to leave).
+DEFAULT_MAX_REQUESTS: Final = 2_000
+
+
+class EventsPath(Protocol):
+    """The events-API path (:class:`reconcile.undelivered.UndeliveredEvents`)."""
+
+    def run(
+        self, start: datetime, end: datetime, report: EventsReport, *, dry_run: bool
+    ) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ReconcileOptions:
     """What to reconcile and how.
 
-    ``incremental``: from each kind's watermark minus ``overlap`` (or ``lookback`` on the
-    first run) to now; ``wide``: the last ``wide_window``; ``window``: ``since`` to ``until``.
+    ``incremental``: lists from each kind's watermark minus ``overlap`` (or ``lookback`` on
+    the first run) to now; ``wide``: the last ``wide_window``; ``window``: ``since`` to
+    ``until``. A window never ends in the future. The sweep spends at most
+    ``sweep_budget`` requests a run (``0`` turns it off); the events path runs when an
+    events client is configured and ``events`` is true.
     """
 
     mode: Mode = "incremental"
@@ -75,8 +104,15 @@ class ReconcileOptions:
     payments_dialect: Literal["hyperswitch", "seed"] = "hyperswitch"
     payouts_dialect: Literal["get", "post"] = "get"
     page_size: int = 100
+    max_requests: int = DEFAULT_MAX_REQUESTS
     merchant_id: str | None = None
     lock_wait: float = 0.0
+    sweep_budget: int = 500
+    sweep_policy: SweepPolicy = field(default_factory=SweepPolicy)
+    events: bool = True
+    events_window: timedelta = timedelta(days=90)
+    #: Refuse to run on a database with neither an adoption record nor a run of its own.
+    require_adoption: bool = True
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.kinds if k not in KIND_NAMES]
@@ -84,115 +120,16 @@ class ReconcileOptions:
             raise ValueError(f"unknown kind(s) {unknown}; choose from {sorted(KIND_NAMES)}")
         if self.mode == "window" and (self.since is None or self.until is None):
             raise ValueError("mode 'window' needs since and until")
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError("since must not be after until")
+        if self.sweep_budget < 0 or self.max_requests < 1:
+            raise ValueError("budgets must not be negative")
 
 
-@dataclass(kw_only=True, slots=True)
-class KindReport:
-    window: tuple[datetime, datetime]
-    checked: int = 0
-    in_sync: int = 0
-    recovered: Counter[str] = field(default_factory=Counter)
-    already_queued: int = 0
-    no_event: int = 0
-    unknown_status: int = 0
-    local_ahead: int = 0
-    local_ahead_sample: list[str] = field(default_factory=list)
-    mismatched: int = 0
-    mismatched_sample: list[str] = field(default_factory=list)
-    local_only: int = 0
-    local_only_sample: list[str] = field(default_factory=list)
-    remote_errors: list[str] = field(default_factory=list)
-    incomplete: list[str] = field(default_factory=list)
-    pages: int = 0
-    requests: int = 0
-
-    @property
-    def unresolved(self) -> int:
-        return (
-            self.local_ahead
-            + self.mismatched
-            + self.local_only
-            + self.unknown_status
-            + len(self.remote_errors)
-            + len(self.incomplete)
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "window": [self.window[0].isoformat(), self.window[1].isoformat()],
-            "checked": self.checked,
-            "in_sync": self.in_sync,
-            "recovered": dict(sorted(self.recovered.items())),
-            "recovered_total": sum(self.recovered.values()),
-            "already_queued": self.already_queued,
-            "no_event": self.no_event,
-            "unknown_status": self.unknown_status,
-            "local_ahead": self.local_ahead,
-            "local_ahead_sample": self.local_ahead_sample,
-            "mismatched": self.mismatched,
-            "mismatched_sample": self.mismatched_sample,
-            "local_only": self.local_only,
-            "local_only_sample": self.local_only_sample,
-            "remote_errors": self.remote_errors,
-            "incomplete": self.incomplete,
-            "unresolved": self.unresolved,
-            "pages": self.pages,
-            "requests": self.requests,
-        }
-
-
-@dataclass(kw_only=True, slots=True)
-class Report:
-    run_id: int | None
-    mode: str
-    dry_run: bool
-    started_at: datetime
-    finished_at: datetime | None = None
-    duration_seconds: float = 0.0
-    kinds: dict[str, KindReport] = field(default_factory=dict)
-    dead_letter: int = 0
-
-    @property
-    def unresolved(self) -> int:
-        return sum(k.unresolved for k in self.kinds.values())
-
-    @property
-    def recovered(self) -> int:
-        return sum(sum(k.recovered.values()) for k in self.kinds.values())
-
-    @property
-    def status(self) -> str:
-        if self.dry_run:
-            return "dry_run"
-        return "unresolved" if self.unresolved else "ok"
-
-    def as_dict(self) -> dict[str, Any]:
-        totals: Counter[str] = Counter()
-        for k in self.kinds.values():
-            totals.update(
-                checked=k.checked,
-                in_sync=k.in_sync,
-                recovered=sum(k.recovered.values()),
-                already_queued=k.already_queued,
-                no_event=k.no_event,
-                local_only=k.local_only,
-                local_ahead=k.local_ahead,
-                mismatched=k.mismatched,
-                remote_errors=len(k.remote_errors),
-                unresolved=k.unresolved,
-            )
-        return {
-            "run_id": self.run_id,
-            "mode": self.mode,
-            "dry_run": self.dry_run,
-            "status": self.status,
-            "started_at": self.started_at.isoformat(),
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-            "duration_seconds": round(self.duration_seconds, 3),
-            "totals": dict(totals),
-            "dead_letter_events": self.dead_letter,
-            "kinds": {name: k.as_dict() for name, k in self.kinds.items()},
-        }
+def truncate_ms(value: datetime) -> datetime:
+    """``value`` in UTC, truncated to the millisecond (what the processor's filters see)."""
+    utc = as_utc(value)
+    return utc.replace(microsecond=utc.microsecond // 1000 * 1000)
 
 
 def _chunks(rows: Iterable[dict[str, Any]], size: int, unit: int) -> Iterator[list[dict[str, Any]]]:
@@ -226,6 +163,7 @@ class Reconciler:
         clock: Clock = utcnow,
         progress: Progress | None = None,
         owner: str | None = None,
+        events: EventsPath | None = None,
     ) -> None:
         self.client = client
         self.inbox = inbox
@@ -233,14 +171,30 @@ class Reconciler:
         self.clock = clock
         self.progress = progress
         self.owner = owner or worker_name()
+        self.events = events
 
     def __repr__(self) -> str:
         return f"Reconciler(client={self.client!r})"
 
+    def check_adopted(self) -> None:
+        """Raise :class:`NotAdopted` (or :class:`AdoptionInProgress`) unless this database may
+        be reconciled: it has an adoption record, or runs of its own from before adoption
+        existed. (On an account with history, a first run would otherwise dispatch the
+        transitions its earlier system already handled.)"""
+        from reconcile.adoption import adoption_state
+
+        state = adoption_state(self.inbox, self.store)
+        if state == "adopting":
+            raise AdoptionInProgress()
+        if state is None:
+            raise NotAdopted()
+
     def run(self, options: ReconcileOptions | None = None) -> Report:
         """Reconcile the kinds asked; returns (and stores) the report."""
         options = options or ReconcileOptions()
-        started = as_utc(self.clock())
+        if options.require_adoption:
+            self.check_adopted()
+        started = truncate_ms(self.clock())
         timer = time.monotonic()
         lease = None
         run_id = None
@@ -252,24 +206,28 @@ class Reconciler:
             report = Report(
                 run_id=run_id, mode=options.mode, dry_run=options.dry_run, started_at=started
             )
+            recovery = Recovery(
+                self.inbox,
+                self.store,
+                FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock),
+                options=RecoveryOptions(merchant_id=options.merchant_id, dry_run=options.dry_run),
+                fetch=self.client.get_object,
+                clock=self.clock,
+            )
+            if self.events is not None and options.events:
+                self._events(options, started, report)
             for name in options.kinds:
-                kind = KIND_NAMES[name]
-                window = self._window(kind, options, started)
-                kind_report = KindReport(window=window)
-                report.kinds[name] = kind_report
-                self._reconcile_kind(run_id, name, kind, window, options, kind_report)
-                if (
-                    not options.dry_run
-                    and not kind_report.remote_errors
-                    and not (kind_report.incomplete)
-                ):
-                    self.store.set_watermark(kind, window[1])
+                if name in LISTED_KINDS:
+                    self._list_kind(run_id, name, options, started, report, recovery)
+            if options.sweep_budget:
+                self._sweep(options, report, recovery)
             report.dead_letter = self.inbox.counts().get(EventStatus.DEAD, 0)
             report.finished_at = as_utc(self.clock())
             report.duration_seconds = time.monotonic() - timer
             self.store.finish_run(run_id, report.status, report.as_dict())
             log.info(
-                "reconcile run finished",
+                "reconcile run finished: %s",
+                report.status,
                 extra={
                     "action": "reconcile",
                     "run_id": run_id,
@@ -278,51 +236,101 @@ class Reconciler:
                 },
             )
             return report
-        except BaseException:
+        except BaseException as exc:
             if run_id is not None:
-                self.store.finish_run(run_id, "failed", {"error": "run aborted"})
+                self.store.finish_run(
+                    run_id, "failed", {"error": f"run aborted: {type(exc).__name__}"}
+                )
             raise
         finally:
             if lease is not None:
                 lease.release()
 
+    # -- the events API ----------------------------------------------------------------------
+
+    def _events(self, options: ReconcileOptions, now: datetime, report: Report) -> None:
+        assert self.events is not None
+        end = now
+        start = self._start("events", options, end, cap=options.events_window)
+        part = EventsReport(window=(start, end))
+        report.events = part
+        self.events.run(start, end, part, dry_run=options.dry_run)
+        if not options.dry_run and not part.failures and options.mode != "window":
+            self.store.set_watermark("events", end)
+
+    # -- lists -------------------------------------------------------------------------------
+
+    def _start(
+        self, kind: str, options: ReconcileOptions, end: datetime, *, cap: timedelta | None = None
+    ) -> datetime:
+        if options.mode == "window":
+            assert options.since is not None
+            start = truncate_ms(options.since)
+        elif options.mode == "wide":
+            start = end - options.wide_window
+        else:
+            mark = self.store.watermark(kind)
+            start = mark - options.overlap if mark is not None else end - options.lookback
+        if cap is not None:
+            start = max(start, end - cap)
+        return min(start, end)
+
     def _window(
         self, kind: str, options: ReconcileOptions, now: datetime
     ) -> tuple[datetime, datetime]:
-        if options.mode == "window":
-            assert options.since is not None and options.until is not None
-            return as_utc(options.since), as_utc(options.until)
-        end = as_utc(options.until) if options.until else now
-        if options.mode == "wide":
-            return end - options.wide_window, end
-        mark = self.store.watermark(kind)
-        start = mark - options.overlap if mark is not None else end - options.lookback
-        return min(start, end), end
+        # A window never reaches past now: the future has nothing to list, and a watermark
+        # moved past now would blind the following incremental runs.
+        end = min(truncate_ms(options.until), now) if options.until is not None else now
+        return self._start(kind, options, end), end
 
     def _pager(self, name: str, window: tuple[datetime, datetime], o: ReconcileOptions) -> Pager:
         start, end = window
         if name == "payments":
             return self.client.iter_payments(
-                start, end, dialect=o.payments_dialect, page_size=o.page_size, on_stuck="report"
+                start,
+                end,
+                dialect=o.payments_dialect,
+                page_size=o.page_size,
+                on_stuck="report",
+                max_requests=o.max_requests,
             )
         if name == "refunds":
-            return self.client.iter_refunds(start, end, page_size=o.page_size, on_stuck="report")
+            dialect = "seed" if o.payments_dialect == "seed" else "hyperswitch"
+            return self.client.iter_refunds(
+                start,
+                end,
+                dialect=dialect,
+                page_size=o.page_size,
+                on_stuck="report",
+                max_requests=o.max_requests,
+            )
         if name == "payouts":
             size = min(o.page_size, 20) if o.payouts_dialect == "post" else o.page_size
             return self.client.iter_payouts(
-                start, end, dialect=o.payouts_dialect, page_size=size, on_stuck="report"
+                start,
+                end,
+                dialect=o.payouts_dialect,
+                page_size=size,
+                on_stuck="report",
+                max_requests=o.max_requests,
             )
-        return self.client.iter_disputes(start, end, page_size=o.page_size, on_stuck="report")
+        return self.client.iter_disputes(
+            start, end, page_size=o.page_size, on_stuck="report", max_requests=o.max_requests
+        )
 
-    def _reconcile_kind(
+    def _list_kind(
         self,
         run_id: int,
         name: str,
-        kind: str,
-        window: tuple[datetime, datetime],
         options: ReconcileOptions,
-        report: KindReport,
+        now: datetime,
+        report: Report,
+        recovery: Recovery,
     ) -> None:
+        kind = KIND_NAMES[name]
+        window = self._window(name, options, now)
+        part = KindReport(window=window)
+        report.kinds[name] = part
         pager = self._pager(name, window, options)
         # The next pages are fetched (in a thread, a bounded read-ahead) while a chunk is
         # diffed and written, so a run costs about the larger of listing and writing.
@@ -332,103 +340,96 @@ class Reconciler:
             name=f"reconcile-{name}",
             stop_timeout=PREFETCH_STOP_TIMEOUT,
         )
-        missed: list[tuple[diff.Finding, bytes]] = []
         try:
             with chunks:
                 for chunk in chunks:
-                    missed += self._reconcile_chunk(run_id, kind, chunk, options, report)
-                    if len(missed) >= RECOVER_BATCH:
-                        self._recover(kind, missed, report)
-                        missed = []
+                    remotes = recovery.read(kind, chunk, part)
+                    recovery.process(kind, _distinct(remotes), part, run_id=run_id)
                     if self.progress is not None:
-                        self.progress(name, report.checked)
+                        self.progress(name, part.checked)
         except ProcessorError as exc:
-            report.remote_errors.append(f"{type(exc).__name__}: {exc}")
+            part.remote_errors.append(f"{type(exc).__name__}: {exc}")
             log.error(
                 "listing %s failed: %s", name, type(exc).__name__, extra={"action": "reconcile"}
             )
         finally:
-            report.pages, report.requests = pager.pages, pager.requests
-            report.incomplete = [
+            part.pages, part.requests = pager.pages, pager.requests
+            part.incomplete = [
                 f"{w.start.isoformat()}..{w.end.isoformat()}: {w.reason}" for w in pager.incomplete
             ]
-        # The transitions found before a listing failure are recovered all the same.
-        self._recover(kind, missed, report)
-        if not report.remote_errors:
-            report.local_only, report.local_only_sample = self.store.local_only(
-                run_id, kind, *window
-            )
-
-    def _reconcile_chunk(
-        self,
-        run_id: int,
-        kind: str,
-        chunk: list[dict[str, Any]],
-        options: ReconcileOptions,
-        report: KindReport,
-    ) -> list[tuple[diff.Finding, bytes]]:
-        """Diff one chunk (marking its ids seen); returns the missed transitions to recover."""
-        remote: dict[str, dict[str, Any]] = {}
-        for obj in chunk:
-            object_id = diff.object_id_of(kind, obj)
-            if object_id is None:
-                report.unknown_status += 1
-                continue
-            remote[object_id] = obj
-        statuses = {object_id: diff.status_of(kind, obj) for object_id, obj in remote.items()}
-        listed = [(oid, s if isinstance(s, str) else None) for oid, s in statuses.items()]
-        # Only the objects whose projected status is not the remote one come back: the others
-        # are projected with exactly the status listed.
-        differing = self.store.observe(run_id, kind, listed)
-        now = as_utc(self.clock())
-        missed: list[tuple[diff.Finding, bytes]] = []
-        for object_id, remote_status in listed:
-            report.checked += 1
-            local_status = differing[object_id] if object_id in differing else remote_status
-            finding = diff.compare(kind, object_id, statuses[object_id], local_status)
-            if finding.verdict == "in_sync":
-                report.in_sync += 1
-            elif finding.verdict == "no_event":
-                report.no_event += 1
-            elif finding.verdict == "unknown_status":
-                report.unknown_status += 1
-            elif finding.verdict == "local_ahead":
-                report.local_ahead += 1
-                if len(report.local_ahead_sample) < 20:
-                    report.local_ahead_sample.append(
-                        f"{object_id}: local {finding.local_status}, remote {finding.remote_status}"
-                    )
-            elif options.dry_run:
-                assert finding.event_type is not None
-                report.recovered[finding.event_type] += 1
-            else:
-                body = diff.synthesise(
-                    finding, remote[object_id], merchant_id=options.merchant_id, now=now
+            for problem in getattr(pager, "row_errors", ()):
+                part.note_bad_row(
+                    f"{problem.kind} {problem.object_id or '(no id)'}: {problem.reason}"
                 )
-                missed.append((finding, body))
-        return missed
+        if not part.remote_errors:
+            part.local_only, part.local_only_sample = self.store.local_only(run_id, kind, *window)
+        if not options.dry_run and not part.failures and options.mode != "window":
+            self.store.set_watermark(name, window[1])
 
-    def _recover(
-        self, kind: str, missed: Sequence[tuple[diff.Finding, bytes]], report: KindReport
+    # -- sweep -------------------------------------------------------------------------------
+
+    def _sweep(self, options: ReconcileOptions, report: Report, recovery: Recovery) -> None:
+        followed = recovery.followed
+        kinds = [KIND_NAMES[name] for name in options.kinds]
+        now = as_utc(self.clock())
+        queues = {kind: followed.due(kind, limit=options.sweep_budget, now=now) for kind in kinds}
+        shares = _share(options.sweep_budget, {kind: total for kind, (_, total) in queues.items()})
+        for kind in kinds:
+            due, total = queues[kind]
+            name = next(n for n, k in KIND_NAMES.items() if k == kind)
+            part = SweepReport(due=total)
+            report.sweep[name] = part
+            self._sweep_kind(kind, due[: shares[kind]], part, recovery)
+            part.overdue = max(0, total - part.requests)
+            if not options.dry_run:
+                part.aged_out = followed.forget_aged(kind, now=now)
+
+    def _sweep_kind(
+        self, kind: str, due: Sequence[Due], part: SweepReport, recovery: Recovery
     ) -> None:
-        """Insert the synthesised events of ``missed`` into the inbox (one transaction)."""
-        if not missed:
-            return
-        results = self.inbox.insert_synthesised([(parse_event(b), b) for _, b in missed])
-        for finding, _body in missed:
-            assert finding.event_type is not None
-            event_id = diff.synthetic_event_id(kind, finding.object_id, finding.event_type)
-            state = results[event_id]
-            if state == "inserted":
-                report.recovered[finding.event_type] += 1
-            elif state in EventStatus.OPEN:
-                report.already_queued += 1  # recovered earlier; the worker has not run yet
-            else:
-                # Recovered before, yet the projection still disagrees (the event was stale,
-                # a duplicate or dead-lettered): a person should look.
-                report.mismatched += 1
-                if len(report.mismatched_sample) < 20:
-                    report.mismatched_sample.append(
-                        f"{finding.object_id}: local {finding.local_status}, "
-                        f"remote {finding.remote_status}, recovery event {state}"
-                    )
+        fetched: list[dict[str, Any]] = []
+        missing: list[str] = []
+        for item in due:
+            part.requests += 1
+            try:
+                fetched.append(self.client.get_object(kind, item.object_id))
+            except NotFound:
+                missing.append(item.object_id)
+                part.not_found += 1
+                if len(part.not_found_sample) < SAMPLE:
+                    part.not_found_sample.append(escape_id(item.object_id))
+            except ProcessorError as exc:
+                part.remote_errors.append(f"{type(exc).__name__}: {exc}")
+                log.error("sweeping %s failed: %s", kind, type(exc).__name__)
+                break
+        remotes = recovery.read(kind, fetched, part)
+        recovery.process(kind, _distinct(remotes), part, confirm_ahead=False)
+        part.settled = sum(
+            1 for remote in remotes if remote.state is not None and is_settled(remote.state)
+        )
+        if missing and not recovery.options.dry_run:
+            recovery.followed.postpone(kind, missing)
+
+
+def _distinct(remotes: Sequence[Remote]) -> list[Remote]:
+    """One entry per object id (the last one read wins)."""
+    return list({remote.object_id: remote for remote in remotes}.values())
+
+
+def _share(budget: int, due: Mapping[str, int]) -> dict[str, int]:
+    """Split ``budget`` across kinds: an equal share each, what a kind cannot use given to
+    the others."""
+    shares = {kind: 0 for kind in due}
+    left = budget
+    wanting = [kind for kind, n in due.items() if n > 0]
+    while left > 0 and wanting:
+        each = max(1, left // len(wanting))
+        for kind in list(wanting):
+            take = min(each, due[kind] - shares[kind], left)
+            shares[kind] += take
+            left -= take
+            if shares[kind] >= due[kind]:
+                wanting.remove(kind)
+            if left == 0:
+                break
+    return shares

@@ -28,7 +28,9 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import MigrationTree, deferred_begin
-from receiver.models import Projection
+from receiver.models import EventStatus, InboxEvent, Projection
+from receiver.transitions import State, make_state
+from reconcile.diff import Local
 from reconcile.errors import ReconcileLocked
 from reconcile.models import ReconcileRun, RunLock, SeenBatch, Watermark
 
@@ -43,32 +45,36 @@ R: Table = ReconcileRun.__table__  # type: ignore[attr-defined]
 K: Table = RunLock.__table__  # type: ignore[attr-defined]
 S: Table = SeenBatch.__table__  # type: ignore[attr-defined]
 P: Table = Projection.__table__  # type: ignore[attr-defined]
+E: Table = InboxEvent.__table__  # type: ignore[attr-defined]
 
 LOCK_NAME = "reconcile"
 
 #: PostgreSQL, one chunk in one statement: mark its ids seen (one row, the ids as a JSON
-#: array) and return the listed objects whose projected status is not the remote one (with
-#: the projected status, NULL when there is none). The ids and the remote statuses are two
-#: JSON arrays, zipped. The lookup is one primary-key probe per id (``LATERAL ... LIMIT 1``
-#: keeps the planner from hashing the whole projection instead, which it prefers for a small
-#: table and which then costs a full scan per chunk).
+#: array) and return the listed objects whose projected state (status and stage) is not the
+#: remote one, with the projection (NULLs when there is none). The ids, remote statuses and
+#: stages are three JSON arrays, zipped. The lookup is one primary-key probe per id
+#: (``LATERAL ... LIMIT 1`` keeps the planner from hashing the whole projection instead,
+#: which it prefers for a small table and which then costs a full scan per chunk).
 _OBSERVE_PG = text(
     "WITH marked AS ("
     "INSERT INTO hookledger_recon_seen_batch (run_id, kind, object_ids) "
     "VALUES (:run_id, :kind, :ids)) "
-    "SELECT listed.object_id, p.status "
+    "SELECT listed.object_id, p.status, p.stage, p.event_pk "
     "FROM ROWS FROM (jsonb_array_elements_text(CAST(:ids AS jsonb)), "
-    "jsonb_array_elements_text(CAST(:statuses AS jsonb))) AS listed(object_id, remote_status) "
-    "LEFT JOIN LATERAL (SELECT status FROM hookledger_projection "
+    "jsonb_array_elements_text(CAST(:statuses AS jsonb)), "
+    "jsonb_array_elements_text(CAST(:stages AS jsonb))) "
+    "AS listed(object_id, remote_status, remote_stage) "
+    "LEFT JOIN LATERAL (SELECT status, stage, event_pk FROM hookledger_projection "
     "WHERE object_kind = :kind AND object_id = listed.object_id LIMIT 1) AS p ON true "
-    "WHERE p.status IS DISTINCT FROM listed.remote_status"
+    "WHERE p.status IS DISTINCT FROM listed.remote_status "
+    "OR p.stage IS DISTINCT FROM listed.remote_stage"
 )
 
-#: A chunk of listed objects: ``(object id, remote status)`` (``None``: not a string).
-Listed = Sequence[tuple[str, str | None]]
-#: ``{object id: projected status}`` of the listed objects whose projected status is not
-#: the remote one (``None``: none projected); the others are projected as listed.
-Differing = dict[str, str | None]
+#: A chunk of remote objects: ``(object id, remote state)`` (``None``: no usable status).
+Listed = Sequence[tuple[str, State | None]]
+#: ``{object id: projection}`` of the objects whose projected state is not the remote one
+#: (``None``: none projected); the others are projected exactly as the remote state.
+Differing = dict[str, Local | None]
 
 
 def _ids_json(object_ids: Iterable[str]) -> str:
@@ -162,35 +168,91 @@ class ReconcileStore:
         with self.engine.begin() as conn:
             conn.execute(S.insert().values(run_id=run_id, kind=kind, object_ids=_ids_json(ids)))
 
-    def observe(self, run_id: int, kind: str, listed: Listed) -> Differing:
-        """Mark a chunk of ``listed`` ids seen by the run and return those whose projected
-        status is not the remote one, with their projected status (``None``: not projected);
-        the others are projected with exactly the remote status.
+    def observe(self, run_id: int | None, kind: str, listed: Listed) -> Differing:
+        """Mark a chunk of ``listed`` ids seen by the run (unless ``run_id`` is ``None``) and
+        return those whose projected state is not the remote one, with their projection
+        (``None``: not projected); the others are projected exactly as the remote state.
 
         On PostgreSQL one statement does it all (one round trip, atomic), and only the
         objects out of step come back. Elsewhere: the read, then the marks in a short write
-        transaction, as before.
+        transaction.
         """
         if not listed:
             return {}
         ids = [object_id for object_id, _ in listed]
-        if not self._pg:
-            local = self.projected(kind, ids)
-            self.mark_seen(run_id, kind, ids)
+        if not self._pg or run_id is None:
+            local = self.local_states(kind, ids)
+            if run_id is not None:
+                self.mark_seen(run_id, kind, ids)
             return {
                 object_id: local.get(object_id)
-                for object_id, remote_status in listed
-                if local.get(object_id) != remote_status
+                for object_id, remote in listed
+                if _differs(local.get(object_id), remote)
             }
         params = {
             "run_id": run_id,
             "kind": kind,
             "ids": _ids_json(ids),
-            "statuses": json.dumps([status for _, status in listed], separators=(",", ":")),
+            "statuses": json.dumps(
+                [state.status if state else None for _, state in listed], separators=(",", ":")
+            ),
+            "stages": json.dumps(
+                [state.stage if state else None for _, state in listed], separators=(",", ":")
+            ),
         }
         with self.engine.begin() as conn:
             rows = conn.execute(_OBSERVE_PG, params).all()
-        return {object_id: status for object_id, status in rows}
+        return {
+            object_id: (
+                None if status is None else Local(make_state(kind, status, stage), int(event_pk))
+            )
+            for object_id, status, stage, event_pk in rows
+        }
+
+    def local_states(self, kind: str, object_ids: Sequence[str]) -> dict[str, Local]:
+        """The projection of each of ``object_ids`` that has one."""
+        if not object_ids:
+            return {}
+        with self.reader.connect() as conn:
+            rows = conn.execute(
+                select(P.c.object_id, P.c.status, P.c.stage, P.c.event_pk).where(
+                    P.c.object_kind == kind, P.c.object_id.in_(list(object_ids))
+                )
+            ).all()
+        return {
+            r.object_id: Local(make_state(kind, r.status, r.stage), int(r.event_pk)) for r in rows
+        }
+
+    def queued(self, kind: str, object_ids: Iterable[str]) -> set[str]:
+        """Those of ``object_ids`` with an event still open in the inbox (pending or being
+        processed): what the worker does next may already settle them."""
+        keys = {f"{kind}:{object_id}": object_id for object_id in object_ids}
+        if not keys:
+            return set()
+        with self.reader.connect() as conn:
+            rows = conn.execute(
+                select(E.c.object_key)
+                .where(E.c.object_key.in_(list(keys)), E.c.status.in_(EventStatus.OPEN))
+                .distinct()
+            ).all()
+        return {keys[row.object_key] for row in rows}
+
+    def with_history(self, kind: str, object_ids: Iterable[str]) -> set[str]:
+        """Those of ``object_ids`` hookledger has a projection or any stored event of."""
+        ids = list(object_ids)
+        if not ids:
+            return set()
+        keys = {f"{kind}:{object_id}": object_id for object_id in ids}
+        with self.reader.connect() as conn:
+            projected = conn.execute(
+                select(P.c.object_id).where(P.c.object_kind == kind, P.c.object_id.in_(ids))
+            ).scalars()
+            found = set(projected)
+            events = conn.execute(
+                select(E.c.object_key).where(E.c.object_key.in_(list(keys))).distinct()
+            ).scalars()
+            found.update(keys[key] for key in events)
+        return found
 
     def local_only(
         self, run_id: int, kind: str, start: datetime, end: datetime, *, sample: int = 20
@@ -224,22 +286,23 @@ class ReconcileStore:
             ).scalars()
             return count, sorted(ids)
 
-    def projected(self, kind: str, object_ids: Sequence[str]) -> dict[str, str]:
-        """Projected status of each of ``object_ids`` that has one."""
-        if not object_ids:
-            return {}
+    def has_history(self) -> bool:
+        """True when reconcile has run on this database before (a run or a watermark)."""
         with self.reader.connect() as conn:
-            rows = conn.execute(
-                select(P.c.object_id, P.c.status).where(
-                    P.c.object_kind == kind, P.c.object_id.in_(list(object_ids))
-                )
-            ).all()
-        return {r.object_id: r.status for r in rows}
+            runs = conn.execute(select(R.c.id).where(R.c.status != "running").limit(1)).first()
+            marks = conn.execute(select(W.c.kind).limit(1)).first()
+        return runs is not None or marks is not None
 
     # -- lock ------------------------------------------------------------------------------
 
     def lock(self, owner: str, *, lease_seconds: float = 60.0) -> RunLease:
         return RunLease(self, owner, lease_seconds=lease_seconds)
+
+
+def _differs(local: Local | None, remote: State | None) -> bool:
+    if local is None or remote is None:
+        return local is not None or remote is not None
+    return local.state.key != remote.key
 
 
 class RunLease:
