@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from receiver.defer import Defer
 from receiver.errors import (
     ConfigurationError,
     HookledgerError,
@@ -33,6 +34,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ConfigurationError",
+    "Defer",
     "Event",
     "HookledgerError",
     "MalformedEvent",

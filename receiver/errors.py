@@ -13,7 +13,7 @@ class HookledgerError(Exception):
     """A hookledger error occurred."""
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (self.__doc__ or "").strip())
+        super().__init__(message or " ".join((self.__doc__ or "").split()))
 
     @property
     def message(self) -> str:

@@ -16,11 +16,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import Flask, current_app
+from sqlalchemy.orm import Session
 
 from receiver import db
 from receiver.blueprint import make_blueprint
@@ -28,6 +29,9 @@ from receiver.registry import Registry
 from receiver.settings import Settings
 from receiver.store import RetryPolicy, Store
 from receiver.worker import Worker, WorkerConfig
+
+if TYPE_CHECKING:
+    from receiver.observe import Observation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,6 +95,7 @@ class WebhookReceiver:
                 max_attempts=settings.max_attempts,
                 base_seconds=settings.backoff_base,
                 max_seconds=settings.backoff_max,
+                defer_limit_seconds=settings.defer_limit,
             ),
         )
         if settings.auto_migrate:
@@ -112,6 +117,72 @@ class WebhookReceiver:
         except KeyError:
             raise RuntimeError("WebhookReceiver.init_app(app) was not called") from None
         return state
+
+    def observe(
+        self,
+        resource: Mapping[str, Any],
+        *,
+        kind: str | None = None,
+        session: Session | None = None,
+        dispatch: bool = False,
+        wait: float = 2.0,
+        app: Flask | None = None,
+    ) -> Observation:
+        """Feed an object exactly as the processor's API returned it through the inbox.
+
+        Its transition goes through the same guard and transition-once rule as webhooks
+        (source ``api``): whichever of this response, the webhook and the reconciler comes
+        first dispatches it; the others are recorded as duplicates.
+
+        - ``session``: store the observation inside the caller's own transaction (a
+          SQLAlchemy session on hookledger's database): it exists if and only if the caller
+          commits. A worker dispatches it afterwards.
+        - ``dispatch=True`` (without ``session``): run the handlers inline, now, in this
+          process, after any earlier event of the object; the result's ``status`` says
+          whether this call dispatched the transition (``done``) or found it dispatched
+          already (``duplicate``). ``None`` means another worker holds the object, or an
+          earlier event of it waits for a retry, for longer than ``wait`` seconds: it is
+          queued, and a worker dispatches it.
+        """
+        from receiver.clock import utcnow
+        from receiver.models import Source
+        from receiver.observe import Observation, build
+
+        state = self.state(app)
+        kind, object_id, obj_state, event, body = build(resource, kind=kind, now=utcnow())
+        key = obj_state.key if obj_state is not None else None
+        if event is None or body is None:
+            return Observation(
+                kind=kind,
+                object_id=object_id,
+                state=key,
+                event_type=None,
+                event_id=None,
+                stored="no_event",
+            )
+        if session is not None and dispatch:
+            raise ValueError(
+                "dispatch=True runs the handlers after the observation is committed: call "
+                "observe() after your commit, or without session="
+            )
+        if session is not None:
+            inserted = state.store.insert_on(session.connection(), event, body, source=Source.API)
+        else:
+            inserted = state.store.insert(event, body, source=Source.API)
+        status = None
+        if dispatch and inserted.result != "conflict":
+            worker = state.worker(name=f"inline:{os.getpid()}")
+            status = worker.process_object(f"{kind}:{object_id}", inserted.pk, wait=wait)
+        return Observation(
+            kind=kind,
+            object_id=object_id,
+            state=key,
+            event_type=event.event_type,
+            event_id=event.event_id,
+            stored=inserted.result,
+            status=status,
+            pk=inserted.pk,
+        )
 
     def drain(self, app: Flask) -> int:
         """Run every due event's handlers inline (tests, scripts); return how many ran."""

@@ -29,6 +29,8 @@ DOCUMENTED: Mapping[str, str] = {
     "BACKOFF_BASE": "first retry delay in seconds, doubled each attempt (default 2)",
     "BACKOFF_MAX": "largest retry delay in seconds (default 3600)",
     "SQLITE_BUSY_TIMEOUT": "seconds a SQLite writer waits for the lock before a 503 (default 5)",
+    "DEFER_LIMIT": "seconds after receipt an event may still be deferred by a handler "
+    "(default 86400), then it is dead-lettered",
     "AUTO_MIGRATE": "apply hookledger's migrations in init_app (default off; for development)",
 }
 
@@ -52,6 +54,7 @@ class Settings:
     backoff_base: float = 2.0
     backoff_max: float = 3600.0
     sqlite_busy_timeout: float = 5.0
+    defer_limit: float = 86_400.0
     auto_migrate: bool = False
 
     @classmethod
@@ -93,6 +96,7 @@ class Settings:
                 backoff_base=float(get("BACKOFF_BASE", 2.0)),
                 backoff_max=float(get("BACKOFF_MAX", 3600.0)),
                 sqlite_busy_timeout=float(get("SQLITE_BUSY_TIMEOUT", 5.0)),
+                defer_limit=float(get("DEFER_LIMIT", 86_400.0)),
                 auto_migrate=_bool(get("AUTO_MIGRATE", False)),
             )
         except (TypeError, ValueError) as exc:
@@ -101,6 +105,8 @@ class Settings:
             raise ConfigurationError("MAX_BODY_BYTES and LEASE_SECONDS must be positive")
         if not 1 <= settings.batch_size <= 1000:
             raise ConfigurationError("BATCH_SIZE must be between 1 and 1000")
+        if settings.defer_limit < 0:
+            raise ConfigurationError("DEFER_LIMIT must not be negative")
         if settings.max_attempts < 1:
             raise ConfigurationError("MAX_ATTEMPTS must be at least 1")
         return settings

@@ -45,6 +45,7 @@ from sqlalchemy.orm import Session
 from receiver import guard
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import deferred_begin
+from receiver.defer import Defer
 from receiver.errors import StorageUnavailable
 from receiver.events import Event
 from receiver.filelock import WritersLock
@@ -114,7 +115,7 @@ _OUTCOME_COLUMNS = {
         "updated_at",
     ),
     "l": ("event_pk", "handler", "status", "attempts", "last_error", "updated_at"),
-    "b": ("b_id", "b_owner", "b_status", "b_error", "b_next", "b_processed"),
+    "b": ("b_id", "b_owner", "b_status", "b_error", "b_next", "b_processed", "b_undo"),
 }
 _PG_WRITE_OUTCOMES = text(
     "WITH t AS ("
@@ -146,12 +147,13 @@ _PG_WRITE_OUTCOMES = text(
     " updated_at = EXCLUDED.updated_at"
     "), closed AS ("
     " UPDATE hookledger_event AS e SET status = v.status, last_error = v.error,"
+    " attempts = e.attempts - v.undo,"
     " next_attempt_at = v.next, processed_at = v.processed, lease_owner = NULL,"
     " lease_expires_at = NULL"
     " FROM unnest(CAST(:b_id AS bigint[]), CAST(:b_owner AS text[]), CAST(:b_status AS text[]),"
     " CAST(:b_error AS text[]), CAST(:b_next AS timestamptz[]),"
-    " CAST(:b_processed AS timestamptz[]))"
-    " AS v(id, owner, status, error, next, processed)"
+    " CAST(:b_processed AS timestamptz[]), CAST(:b_undo AS integer[]))"
+    " AS v(id, owner, status, error, next, processed, undo)"
     " WHERE e.id = v.id AND e.lease_owner = v.owner"
     " RETURNING e.object_key, v.owner"
     "), freed AS ("
@@ -274,6 +276,8 @@ class RetryPolicy:
     max_attempts: int = 8
     base_seconds: float = 2.0
     max_seconds: float = 3600.0
+    #: How long after its receipt an event may still be deferred (:class:`receiver.Defer`).
+    defer_limit_seconds: float = 86_400.0
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
         """Delay before attempt ``attempts + 1``: ``base * 2**(attempts-1)``, capped, with
@@ -438,6 +442,21 @@ class Store:
         for values in rows:
             outcomes.extend(self._insert_batch([values]))
         return outcomes
+
+    def insert_on(
+        self,
+        conn: Connection,
+        event: Event,
+        body: bytes,
+        *,
+        source: str,
+        headers: Iterable[tuple[str, str]] = (),
+        secret_id: str | None = None,
+    ) -> Inserted:
+        """Store a delivery on ``conn``, inside the caller's transaction (it commits, or rolls
+        back, with the caller's own writes). Same dedupe and conflict rules as :meth:`insert`."""
+        values = self._row(event, body, self.now(), headers, secret_id, source, None)
+        return self._insert_one(conn, values)
 
     def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
         event_id, digest = values["event_id"], values["body_sha256"]
@@ -751,6 +770,37 @@ class Store:
             for h in heads
         ]
 
+    def claim_object(self, owner: str, object_key: str, lease_seconds: float) -> Claimed | None:
+        """Lease the head event of one object, if it is due and no other worker holds the
+        object (for processing one object inline, :meth:`receiver.worker.Worker.process_object`).
+        """
+        now = self.now()
+        expires = now + timedelta(seconds=lease_seconds)
+        with self.engine.begin() as conn:
+            head = conn.execute(
+                select(E.c.id, E.c.next_attempt_at)
+                .where(E.c.object_key == object_key, _OPEN_SQL)
+                .order_by(E.c.event_time, E.c.id)
+                .limit(1)
+            ).first()
+            if head is None or as_utc(head.next_attempt_at) > now:
+                return None
+            leased = self._take_object_leases(conn, [object_key], owner, now, expires)
+            if not leased:
+                return None
+            claimed = self._mark_claimed(
+                conn, self._heads(conn, leased, {object_key: int(head.id)}, now), owner, expires
+            )
+            if not claimed:
+                conn.execute(delete(L).where(L.c.object_key == object_key, L.c.owner == owner))
+                return None
+            return claimed[0]
+
+    def status_of(self, pk: int) -> str | None:
+        """The status of the inbox row ``pk`` (``None`` if there is none)."""
+        with self.deferred.connect() as conn:
+            return conn.execute(select(E.c.status).where(E.c.id == pk)).scalar()
+
     def renew(self, claimed: Sequence[Claimed], lease_seconds: float) -> int:
         """Extend the leases of ``claimed``; returns how many object leases are still held."""
         if not claimed:
@@ -878,14 +928,20 @@ class Store:
                         finals.append(self._final(c, verdict.decision, verdict.reason, now))
                         outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
                         continue
-                    ran, failures = self._run_handlers(
+                    ran, failures, deferrals = self._run_handlers(
                         session, c, work.handlers, done.get(c.pk, set()), ledger, now
                     )
-                    status = "failed" if failures else EventStatus.DONE
-                    error = "\n".join(failures) or None
-                    final = self._final(c, status, error, now)
+                    if failures:
+                        final = self._final(c, "failed", "\n".join(failures), now)
+                    elif deferrals:
+                        final = self._deferred(c, deferrals, now)
+                    else:
+                        final = self._final(c, EventStatus.DONE, None, now)
                     finals.append(final)
-                    outcomes.append(Outcome(status=final["b_status"], ran=ran, failures=failures))
+                    label = "deferred" if deferrals and not failures else final["b_status"]
+                    if label == "deferred" and final["b_status"] == EventStatus.DEAD:
+                        label = EventStatus.DEAD
+                    outcomes.append(Outcome(status=label, ran=ran, failures=failures))
                 self._write_outcomes(conn, transitions, projections, ledger, finals)
         return outcomes
 
@@ -968,9 +1024,10 @@ class Store:
         done: set[str],
         ledger: list[dict[str, Any]],
         now: datetime,
-    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[Defer, ...]]:
         ran: list[str] = []
         failures: list[str] = []
+        deferrals: list[Defer] = []
         for name, call, needs_session in handlers:
             if name in done:
                 continue
@@ -985,6 +1042,10 @@ class Store:
                     raise  # the database failed, not the handler: abort the batch
                 if savepoint is not None:
                     savepoint.rollback()
+                if isinstance(exc, Defer):
+                    ledger.append(_ledger_row(claimed.pk, name, "deferred", exc.reason, now))
+                    deferrals.append(exc)
+                    continue
                 ledger.append(_ledger_row(claimed.pk, name, "failed", _describe(exc), now))
                 failures.append(f"{name}: {type(exc).__name__}: {exc}")
             else:
@@ -992,7 +1053,34 @@ class Store:
                     savepoint.commit()
                 ledger.append(_ledger_row(claimed.pk, name, "succeeded", None, now))
                 ran.append(name)
-        return tuple(ran), tuple(failures)
+        return tuple(ran), tuple(failures), tuple(deferrals)
+
+    def _deferred(
+        self, claimed: Claimed, deferrals: Sequence[Defer], now: datetime
+    ) -> dict[str, Any]:
+        """Close an event a handler deferred: due again later, the attempt given back; past
+        the deferral limit (from its receipt), dead-lettered with the reason."""
+        reason = "; ".join(dict.fromkeys(d.reason for d in deferrals))
+        due = now + timedelta(seconds=max(d.seconds for d in deferrals))
+        limit = as_utc(claimed.received_at) + timedelta(seconds=self.retry.defer_limit_seconds)
+        if due > limit:
+            log.error(
+                "event dead-lettered: still deferred after the limit of %g s",
+                self.retry.defer_limit_seconds,
+                extra={
+                    "action": "dead_letter",
+                    "event_id": claimed.event_id,
+                    "event_type": claimed.event_type,
+                },
+            )
+            final = self._final(claimed, EventStatus.DEAD, None, now)
+            final["b_error"] = (
+                f"deferred past the limit of {self.retry.defer_limit_seconds:g} s: {reason}"
+            )
+            return final
+        final = self._final(claimed, EventStatus.PENDING, f"deferred: {reason}", now)
+        final.update(b_next=due, b_undo=1)
+        return final
 
     def _final(
         self, claimed: Claimed, status: str, error: str | None, now: datetime
@@ -1020,6 +1108,7 @@ class Store:
             "b_error": error,
             "b_next": next_attempt,
             "b_processed": now if finished else None,
+            "b_undo": 0,
         }
 
     def _write_outcomes(
@@ -1097,6 +1186,7 @@ class Store:
                     last_error=bindparam("b_error"),
                     next_attempt_at=bindparam("b_next"),
                     processed_at=bindparam("b_processed"),
+                    attempts=E.c.attempts - bindparam("b_undo"),
                     lease_owner=None,
                     lease_expires_at=None,
                 ),

@@ -160,6 +160,26 @@ class Worker:
         self._log(claimed, outcome)
         return outcome.status
 
+    def process_object(self, object_key: str, event_pk: int, *, wait: float = 2.0) -> str | None:
+        """Process one object's events inline, in order, up to and including ``event_pk``;
+        return that event's status, or ``None`` when it could not be reached within ``wait``
+        seconds (another worker holds the object, or an earlier event of it waits for a
+        retry): it is then queued, and a worker dispatches it.
+        """
+        deadline = time.monotonic() + wait
+        for _ in range(1000):
+            claimed = self.store.claim_object(self.name, object_key, self.config.lease_seconds)
+            if claimed is None:
+                status = self.store.status_of(event_pk)
+                if status not in EventStatus.OPEN or time.monotonic() >= deadline:
+                    return status if status not in EventStatus.OPEN else None
+                self.stopping.wait(0.02)
+                continue
+            status = self.process(claimed)
+            if claimed.pk == event_pk:
+                return status
+        return None
+
     def _work(self, claimed: Claimed) -> Work | None:
         try:
             event = parse_event(claimed.body)

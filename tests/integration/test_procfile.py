@@ -37,6 +37,31 @@ def test_procfile_has_web_worker_and_scheduler() -> None:
     assert set(_procfile()) == {"web", "worker", "scheduler"}
 
 
+def test_the_scheduler_refuses_a_database_without_adoption(database_url: str) -> None:
+    env = dict(
+        os.environ,
+        HOOKLEDGER_DATABASE_URL=database_url,
+        HOOKLEDGER_PROCESSOR_URL="http://127.0.0.1:9",
+        HOOKLEDGER_API_KEY=API_KEY,
+    )
+    upgrade = subprocess.run(
+        [sys.executable, "-m", "reconcile", "db", "upgrade"], env=env, cwd=ROOT, capture_output=True
+    )
+    assert upgrade.returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "reconcile", "schedule"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 6
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "reconcile adopt" in lines[0] and "--new-account" in lines[0]
+
+
 def test_every_procfile_process_starts_and_stops(database_url: str) -> None:
     port = _port()
     with SandboxServer(API_KEY) as sandbox:
@@ -53,6 +78,8 @@ def test_every_procfile_process_starts_and_stops(database_url: str) -> None:
         for setup in (
             ["flask", "--app", "examples.shop.app:create_app", "init-db"],
             ["reconcile", "db", "upgrade"],
+            # The scheduler refuses a database without an adoption record (see below).
+            ["reconcile", "adopt", "--new-account"],
         ):
             done = subprocess.run(setup, env=env, cwd=ROOT, capture_output=True, text=True)
             assert done.returncode == 0, done.stderr

@@ -31,7 +31,8 @@ from receiver.factories import (
     new_id,
 )
 from receiver.signature import sign
-from receiver.status import CONTENT_TYPE_KIND, STATUS_FOR_EVENT, rank
+from receiver.status import CONTENT_TYPE_KIND, STATUS_FOR_EVENT
+from receiver.transitions import lifecycle
 
 SAMPLES = Path(__file__).parents[2].parent / "shared" / "reference" / "hyperswitch-samples"
 WHEN = datetime(2026, 8, 12, 8, 14, 55, 392512, tzinfo=UTC)
@@ -71,7 +72,8 @@ def test_round_trip(event_type: str) -> None:
         "obj_123",
         status,
     )
-    assert rank(kind, status) is not None
+    model = lifecycle(kind)
+    assert model is not None and model.knows(status)
     assert event.raw == body
 
 

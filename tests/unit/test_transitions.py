@@ -1,0 +1,292 @@
+"""The transition model and the guard built on it (pure: no database)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from receiver import guard, transitions
+from receiver.guard import ADOPTED, Arrival, CutOver, Projected, decide
+from receiver.status import STATUS_FOR_EVENT
+from receiver.transitions import State, make_state, order, read_event
+
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+#: Every status of Hyperswitch's enums (hyperswitch-facts.md section 5), per kind.
+ENUMS = {
+    "payment": (
+        "succeeded failed cancelled cancelled_post_capture processing requires_customer_action "
+        "requires_merchant_action requires_payment_method requires_confirmation requires_capture "
+        "partially_captured partially_captured_and_capturable "
+        "partially_authorized_and_requires_capture partially_captured_and_processing conflicted "
+        "expired"
+    ).split(),
+    "refund": ["succeeded", "failed", "pending", "review"],
+    "payout": (
+        "success failed cancelled initiated expired reversed pending ineligible requires_creation "
+        "requires_confirmation requires_payout_method_data requires_fulfillment "
+        "requires_vendor_account_creation"
+    ).split(),
+    "dispute": (
+        "dispute_opened dispute_expired dispute_accepted dispute_cancelled dispute_challenged "
+        "dispute_won dispute_lost"
+    ).split(),
+    "mandate": ["active", "inactive", "pending", "revoked"],
+}
+
+
+def at(kind: str, status: str, stage: str | None = None) -> State:
+    return make_state(kind, status, stage)
+
+
+def projected(state: State, minutes: int = 0, pk: int = 1) -> Projected:
+    return Projected(state=state, event_time=T0 + timedelta(minutes=minutes), event_pk=pk)
+
+
+def verdict(
+    current: Projected | None,
+    incoming: State,
+    minutes: int = 10,
+    *,
+    pk: int = 9,
+    owner: int | None = None,
+    **kw: object,
+) -> guard.Verdict:
+    return decide(
+        event_pk=pk,
+        incoming=incoming,
+        event_time=T0 + timedelta(minutes=minutes),
+        replay=False,
+        transition_owner=owner,
+        current=current,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(ENUMS))
+def test_the_model_knows_every_status_of_the_processors_enums(kind: str) -> None:
+    model = transitions.lifecycle(kind)
+    assert model is not None
+    assert set(ENUMS[kind]) == set(model.statuses)
+    # Every status the model knows is reachable from somewhere or a start.
+    for status in model.statuses:
+        assert status in model.edges
+
+
+def test_every_event_type_implies_a_status_the_model_knows() -> None:
+    for event_type, (kind, status) in STATUS_FOR_EVENT.items():
+        model = transitions.lifecycle(kind)
+        assert model is not None and model.knows(status), event_type
+
+
+@pytest.mark.parametrize(
+    ("kind", "before", "after"),
+    [
+        ("payment", "requires_payment_method", "succeeded"),
+        ("payment", "processing", "succeeded"),
+        ("payment", "requires_capture", "succeeded"),
+        ("payment", "requires_capture", "expired"),
+        ("payment", "partially_captured_and_capturable", "partially_captured"),
+        ("payment", "partially_captured_and_capturable", "succeeded"),
+        ("payment", "failed", "succeeded"),  # a manual retry after a decline
+        ("payment", "succeeded", "cancelled_post_capture"),
+        ("refund", "pending", "succeeded"),
+        ("refund", "succeeded", "failed"),  # a refund failing days after its success
+        ("payout", "initiated", "success"),
+        ("payout", "success", "reversed"),
+        ("mandate", "active", "revoked"),
+        ("dispute", "dispute_opened", "dispute_challenged"),
+        ("dispute", "dispute_challenged", "dispute_lost"),
+    ],
+)
+def test_forward_moves(kind: str, before: str, after: str) -> None:
+    assert order(at(kind, before), at(kind, after)) == "forward"
+    assert order(at(kind, after), at(kind, before)) == "backward"
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # An asynchronous capture or void: Hyperswitch maps CaptureInitiated and
+        # VoidInitiated to processing; a failed capture returns to requires_capture.
+        ("requires_capture", "processing"),
+        ("partially_captured_and_capturable", "partially_captured_and_processing"),
+        ("requires_customer_action", "processing"),
+    ],
+)
+def test_moves_the_model_leaves_to_event_time(before: str, after: str) -> None:
+    assert order(at("payment", before), at("payment", after)) == "open"
+    current = projected(at("payment", before), minutes=5)
+    assert verdict(current, at("payment", after), minutes=6).decision == "dispatch"
+    older = verdict(current, at("payment", after), minutes=4)
+    assert older.decision == "stale"
+    assert older.reason and "not newer" in older.reason
+
+
+def test_async_capture_is_dispatched_not_stale() -> None:
+    # Regression (reconciliation issue, item 3): requires_capture -> processing was stale.
+    current = projected(at("payment", "requires_capture"))
+    result = verdict(current, at("payment", "processing"))
+    assert result.decision == "dispatch"
+    assert result.claim == "processing"
+    assert result.projection == at("payment", "processing")
+
+
+def test_two_statuses_sharing_an_event_type_are_two_transitions() -> None:
+    # Regression: partially_captured_and_capturable -> partially_captured (both
+    # payment_captured) never moved the projection.
+    capturable = at("payment", "partially_captured_and_capturable")
+    final = at("payment", "partially_captured")
+    assert capturable.key != final.key
+    result = verdict(projected(capturable), final)
+    assert result.decision == "dispatch" and result.projection == final
+
+
+def test_a_dispute_reopened_at_a_later_stage_is_dispatched() -> None:
+    # Regression: a dispute reopened at pre_arbitration on the same dispute_id was never
+    # dispatched (its event type dispute_opened had been).
+    won = at("dispute", "dispute_won", "dispute")
+    reopened = at("dispute", "dispute_opened", "pre_arbitration")
+    assert reopened.key == "pre_arbitration/dispute_opened"
+    assert at("dispute", "dispute_opened").key == "dispute/dispute_opened"
+    assert order(won, reopened) == "forward"
+    result = verdict(projected(won), reopened)
+    assert result.decision == "dispatch" and result.claim == "pre_arbitration/dispute_opened"
+    # ... and a late webhook from the first stage is stale against it.
+    late = verdict(projected(reopened), at("dispute", "dispute_challenged", "dispute"))
+    assert late.decision == "stale"
+
+
+def test_decided_disputes_are_followed_until_the_last_stage() -> None:
+    assert not transitions.is_settled(at("dispute", "dispute_won", "dispute"))
+    assert not transitions.is_settled(at("dispute", "dispute_lost", "pre_arbitration"))
+    assert transitions.is_settled(at("dispute", "dispute_won", "dispute_reversal"))
+    assert transitions.is_settled(at("dispute", "dispute_accepted"))
+
+
+def test_an_event_type_that_disagrees_with_its_objects_status_is_judged_by_the_type() -> None:
+    # A payout_success webhook whose object still says initiated (a stale snapshot).
+    reading = read_event("payout", "payout_success", "initiated")
+    assert reading.state == at("payout", "success")
+    assert reading.note and "disagrees" in reading.note
+    # The precise status wins when it is the one the event type is about.
+    assert read_event("payment", "payment_captured", "partially_captured_and_capturable").state == (
+        at("payment", "partially_captured_and_capturable")
+    )
+    assert read_event("payout", "payout_processing", "pending").note is None
+    assert read_event("refund", "refund_succeeded", "success").state == at("refund", "succeeded")
+    current = projected(at("payout", "initiated"))
+    result = decide(
+        event_pk=9,
+        incoming=reading.state,
+        event_time=T0,
+        replay=False,
+        transition_owner=None,
+        current=current,
+        note=reading.note,
+    )
+    assert result.decision == "dispatch" and result.projection == at("payout", "success")
+
+
+def test_a_retry_of_the_owner_is_dispatched_while_the_projection_stands_at_it() -> None:
+    current = projected(at("payment", "requires_capture"), pk=9)
+    assert verdict(current, at("payment", "requires_capture"), pk=9, owner=9).decision == (
+        "dispatch"
+    )
+
+
+def test_a_requeued_event_overtaken_while_dead_is_stale() -> None:
+    # Regression (item 4): a dead payment_authorized requeued after payment_succeeded was
+    # dispatched and moved the order backwards.
+    current = projected(at("payment", "succeeded"), pk=12)
+    result = verdict(current, at("payment", "requires_capture"), pk=9, owner=9)
+    assert result.decision == "stale"
+    assert result.reason and "overtaken" in result.reason and "#12" in result.reason
+    assert result.projection is None
+
+
+def test_a_second_event_of_a_dispatched_state_is_a_duplicate() -> None:
+    current = projected(at("payment", "succeeded"), pk=3)
+    result = verdict(current, at("payment", "succeeded"), owner=3)
+    assert result.decision == "duplicate" and result.projection is None
+
+
+def test_a_return_to_an_earlier_state_moves_the_projection_without_handlers() -> None:
+    # requires_capture (dispatched by #3) -> processing (#5) -> requires_capture again
+    # (a failed capture): the projection follows, the handlers do not run again.
+    current = projected(at("payment", "processing"), minutes=5, pk=5)
+    result = verdict(current, at("payment", "requires_capture"), minutes=6, owner=3)
+    assert result.decision == "duplicate"
+    assert result.projection == at("payment", "requires_capture")
+    assert result.claim is None
+
+
+def test_backwards_is_stale_with_a_reason() -> None:
+    current = projected(at("payment", "succeeded"))
+    result = verdict(current, at("payment", "requires_capture"), minutes=60)
+    assert result.decision == "stale"
+    assert result.reason == "requires_capture would move succeeded backwards"
+
+
+def test_unknown_statuses_are_dispatched_once_without_moving_the_projection() -> None:
+    current = projected(at("payment", "succeeded"))
+    result = verdict(current, State("payment", "brand_new_status"))
+    assert result.decision == "dispatch" and result.projection is None
+    assert result.claim == "brand_new_status"
+
+
+CUT = CutOver(at=T0, recorded_at=T0 + timedelta(hours=1))
+
+
+def arrival(source: str = "webhook", minutes: int = 120) -> Arrival:
+    return Arrival(
+        source=source,
+        received_at=T0 + timedelta(minutes=minutes),
+        historical=source in ("webhook", "reconcile", "recovered"),
+    )
+
+
+def test_an_event_from_before_the_cutover_is_recorded_not_dispatched() -> None:
+    result = verdict(None, at("payment", "succeeded"), minutes=-30, cutover=CUT, arrival=arrival())
+    assert result.decision == "stale"
+    assert result.reason and "before the cut-over" in result.reason
+    assert result.claim == "succeeded" and result.projection == at("payment", "succeeded")
+
+
+def test_the_cutover_does_not_touch_events_received_before_it_was_recorded() -> None:
+    early = arrival(minutes=30)  # stored before adoption recorded the cut-over
+    result = verdict(None, at("payment", "succeeded"), minutes=-30, cutover=CUT, arrival=early)
+    assert result.decision == "dispatch"
+
+
+def test_the_cutover_does_not_apply_to_api_observations_and_backfills() -> None:
+    for source in ("api", "backfill"):
+        result = verdict(
+            None, at("payment", "succeeded"), minutes=-30, cutover=CUT, arrival=arrival(source)
+        )
+        assert result.decision == "dispatch", source
+
+
+def test_a_state_adoption_absorbed_after_the_cutover_is_dispatched_by_its_event() -> None:
+    adopted = Projected(state=at("payment", "succeeded"), event_time=T0, event_pk=ADOPTED)
+    after = verdict(
+        adopted,
+        at("payment", "succeeded"),
+        minutes=5,
+        owner=ADOPTED,
+        cutover=CUT,
+        arrival=arrival(),
+    )
+    assert after.decision == "dispatch"
+    before = verdict(
+        adopted,
+        at("payment", "succeeded"),
+        minutes=-5,
+        owner=ADOPTED,
+        cutover=CUT,
+        arrival=arrival(),
+    )
+    assert before.decision == "stale"
+    plain = verdict(adopted, at("payment", "succeeded"), minutes=5, owner=ADOPTED)
+    assert plain.decision == "duplicate" and plain.reason and "adoption" in plain.reason
