@@ -229,16 +229,22 @@ def upgrade() -> None:
     if sqlite:
         # Above every id still referred to anywhere (a pruned event's id may live on as a
         # transition's or projection's owner).
-        bind.execute(
+        high = bind.execute(
             sa.text(
-                "INSERT OR REPLACE INTO sqlite_sequence (name, seq) SELECT 'hookledger_event', "
-                "max(coalesce((SELECT max(id) FROM hookledger_event), 0), "
+                "SELECT max(coalesce((SELECT max(id) FROM hookledger_event), 0), "
                 "coalesce((SELECT max(event_pk) FROM hookledger_transition), 0), "
                 "coalesce((SELECT max(event_pk) FROM hookledger_projection), 0), "
                 "coalesce((SELECT max(event_pk) FROM hookledger_handler_run), 0), "
                 "coalesce((SELECT max(replay_of) FROM hookledger_event), 0), "
-                "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'hookledger_event'), 0))"
+                "coalesce((SELECT max(seq) FROM sqlite_sequence "
+                "WHERE name = 'hookledger_event'), 0))"
             )
+        ).scalar_one()
+        # sqlite_sequence has no key: one row per table, replaced by hand.
+        bind.execute(sa.text("DELETE FROM sqlite_sequence WHERE name = 'hookledger_event'"))
+        bind.execute(
+            sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES ('hookledger_event', :seq)"),
+            {"seq": int(high)},
         )
 
     # -- hookledger_projection: stage instead of rank ------------------------------------------
@@ -260,7 +266,7 @@ def upgrade() -> None:
         sa.column("object_id", sa.String()),
         sa.column("event_type", sa.String()),
         sa.column("event_pk", sa.BigInteger()),
-        sa.column("created_at", sa.DateTime()),
+        sa.column("created_at", sa.DateTime(timezone=True)),
     )
     owned = bind.execute(
         sa.select(
@@ -321,11 +327,24 @@ def downgrade() -> None:
     sqlite = bind.dialect.name == "sqlite"
     op.drop_table("hookledger_cutover")
 
+    current = sa.table(
+        "hookledger_transition",
+        sa.column("object_kind", sa.String()),
+        sa.column("object_id", sa.String()),
+        sa.column("state", sa.String()),
+        sa.column("event_pk", sa.BigInteger()),
+        sa.column("created_at", sa.DateTime(timezone=True)),
+    )
+    event = _event_table()
     rows = bind.execute(
-        sa.text(
-            "SELECT t.object_kind, t.state, t.object_id, t.event_pk, t.created_at, e.event_type "
-            "FROM hookledger_transition t LEFT JOIN hookledger_event e ON e.id = t.event_pk"
-        )
+        sa.select(
+            current.c.object_kind,
+            current.c.state,
+            current.c.object_id,
+            current.c.event_pk,
+            current.c.created_at,
+            event.c.event_type,
+        ).select_from(current.outerjoin(event, event.c.id == current.c.event_pk))
     ).all()
     op.drop_table("hookledger_transition")
     old = op.create_table(
