@@ -52,8 +52,9 @@ class Observation:
 
     @property
     def dispatched_here(self) -> bool:
-        """True when this call ran the transition's handlers (``dispatch=True``)."""
-        return self.status == "done"
+        """True when this call's event dispatched the transition (``dispatch=True``); an
+        observation stored before (``stored == "duplicate"``) never did it here."""
+        return self.stored == "inserted" and self.status == "done"
 
 
 def build(

@@ -82,6 +82,8 @@ _OPEN_SQL = text("hookledger_event.status IN ('pending', 'processing')")
 REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
+#: Sources whose event ids hookledger derives from the transition (not the processor's ids).
+_DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
 
 #: Beside a SQLite database file: the lock its web processes take to write (an empty file).
 WRITERS_LOCK_SUFFIX = "-hookledger-writers"
@@ -468,7 +470,9 @@ class Store:
         if pk is not None:
             return Inserted(result="inserted", pk=int(pk))
         row = conn.execute(select(E.c.id, E.c.body_sha256).where(E.c.event_id == event_id)).one()
-        if row.body_sha256 == digest:
+        if row.body_sha256 == digest or values["source"] in _DERIVED:
+            # An observed or synthesised event's id is deterministic per transition while
+            # the object's body may have changed since: the same transition, no conflict.
             return Inserted(result="duplicate", pk=int(row.id))
         conn.execute(
             self._insert(C)
