@@ -169,13 +169,18 @@ def _row(e: InboxEvent) -> dict[str, Any]:
     }
 
 
-def _print(rows: list[dict[str, Any]], as_json: bool, verb: str, dry_run: bool) -> None:
+def _print(
+    rows: list[dict[str, Any]], as_json: bool, verb: str, dry_run: bool, *, reasons: bool = False
+) -> None:
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, verb: rows}, default=str))
         return
     prefix = "would be " if dry_run else ""
     for r in rows:
-        click.echo(f"#{r['id']} {r['event_id']} {r['event_type']} {r['status']} {r['object']}")
+        line = f"#{r['id']} {r['event_id']} {r['event_type']} {r['status']} {r['object']}"
+        if reasons and r["last_error"]:
+            line += f" ({r['last_error'][0]})"
+        click.echo(line)
     click.echo(f"{len(rows)} event(s) {prefix}{verb}")
 
 
@@ -243,19 +248,26 @@ def prune_cmd(older_than_days: float, include_dead: bool, dry_run: bool, as_json
 
 
 @hookledger_group.command("events")
-@click.option("--status", "statuses", multiple=True)
-@click.option("--type", "event_types", multiple=True)
-@click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--status", "statuses", multiple=True, help="Only events in these statuses.")
+@click.option("--type", "event_types", multiple=True, help="Only events of these types.")
+@click.option(
+    "--deferred", is_flag=True, help="Only events a handler deferred, with the reason why."
+)
+@click.option("--limit", type=int, default=50, show_default=True, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @with_appcontext
 def events_cmd(
-    statuses: tuple[str, ...], event_types: tuple[str, ...], limit: int, as_json: bool
+    statuses: tuple[str, ...],
+    event_types: tuple[str, ...],
+    deferred: bool,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """List stored events."""
     rows = _state().store.select_events(
-        EventFilter(statuses=statuses, event_types=event_types, limit=limit)
+        EventFilter(statuses=statuses, event_types=event_types, limit=limit, deferred=deferred)
     )
-    _print([_row(e) for e in rows], as_json, "listed", False)
+    _print([_row(e) for e in rows], as_json, "listed", False, reasons=deferred)
 
 
 @hookledger_group.command("stats")

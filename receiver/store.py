@@ -82,6 +82,8 @@ _OPEN_SQL = text("hookledger_event.status IN ('pending', 'processing')")
 REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
+#: How a deferred event's ``last_error`` begins (the handler's reason follows).
+DEFERRED_PREFIX = "deferred: "
 #: Sources whose event ids hookledger derives from the transition (not the processor's ids).
 _DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
 
@@ -300,6 +302,8 @@ class EventFilter:
     since: datetime | None = None
     until: datetime | None = None
     limit: int | None = None
+    #: Only events a handler deferred (waiting, with the reason in ``last_error``).
+    deferred: bool = False
 
 
 def body_sha256(body: bytes) -> str:
@@ -1082,7 +1086,7 @@ class Store:
                 f"deferred past the limit of {self.retry.defer_limit_seconds:g} s: {reason}"
             )
             return final
-        final = self._final(claimed, EventStatus.PENDING, f"deferred: {reason}", now)
+        final = self._final(claimed, EventStatus.PENDING, f"{DEFERRED_PREFIX}{reason}", now)
         final.update(b_next=due, b_undo=1)
         return final
 
@@ -1405,6 +1409,9 @@ def _filter_clauses(flt: EventFilter) -> list[Any]:
         clauses.append(E.c.received_at >= as_utc(flt.since))
     if flt.until is not None:
         clauses.append(E.c.received_at <= as_utc(flt.until))
+    if flt.deferred:
+        clauses.append(E.c.status == EventStatus.PENDING)
+        clauses.append(E.c.last_error.like(f"{DEFERRED_PREFIX}%"))
     return clauses
 
 

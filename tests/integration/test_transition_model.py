@@ -215,6 +215,10 @@ def test_deferral_waits_without_using_attempts_and_keeps_order(make_app: AppFact
         # The later event of the same object waits behind the deferred one.
         assert store.get("evt_second").status == "pending"  # type: ignore[union-attr]
         _make_due(store, "evt_first")
+    listed = app.test_cli_runner().invoke(args=["hookledger", "events", "--deferred"])
+    assert listed.exit_code == 0, listed.output
+    assert "evt_first" in listed.output and "order o-late not written yet" in listed.output
+    assert "evt_second" not in listed.output
     orders.add("o-late")
     client.drain()
     _make_due(store, "evt_first")
