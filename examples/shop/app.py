@@ -79,7 +79,10 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     def create_order() -> Any:
         """Create an order; with a processor configured, also create and confirm its payment.
 
-        The order stays ``pending`` here: only the processor's events move it.
+        The checkout confirms server-side and feeds the processor's response through
+        hookledger (``hooks.observe(..., dispatch=True)``): a payment that succeeded at once
+        is shipped in this request, by the same handler and the same transition-once rule as
+        the webhook, which then finds it done. Any other outcome is left to the events.
         """
         data = request.get_json(force=True, silent=True) or {}
         try:
@@ -106,8 +109,13 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
                 stored.payment_id = payment.get("payment_id")
                 session.add(stored)
                 session.commit()
-                session.refresh(stored)
-                return jsonify(order_dict(stored)), 201
+            # The API response goes through the same gate as the webhook: if it says
+            # succeeded, the order ships now, exactly once.
+            hooks.observe(payment, dispatch=True)
+            with Session(_engine(app)) as session:
+                shipped = session.get(Order, order.id)
+                assert shipped is not None
+                return jsonify(order_dict(shipped)), 201
         return jsonify(order_dict(order)), 201
 
     return app

@@ -2,8 +2,11 @@
 
 Every handler takes the ledger's session, so its change to the order commits in the same
 transaction that records the handler as done: each runs exactly once per transition even if
-the worker is killed. An event for an order the shop does not know yet raises, and the
-worker retries it with backoff (the order may still be being written by the checkout).
+the worker is killed. The ``paid`` handler ships the goods; it runs once per payment whether
+the checkout's own API response (``hooks.observe`` in :mod:`examples.shop.app`), the webhook
+or the reconciler reports the payment first. An event for an order the shop has not written
+yet (the webhook beat the checkout's commit) is deferred, not failed: it waits without
+using up its attempts.
 """
 
 from __future__ import annotations
@@ -16,15 +19,11 @@ from sqlalchemy.orm import Session
 from sqlmodel import select
 
 from examples.shop.models import Order, OrderStatus
-from receiver import Event, WebhookReceiver
+from receiver import Defer, Event, WebhookReceiver
 
 log = logging.getLogger("examples.shop")
 
 hooks = WebhookReceiver()
-
-
-class OrderNotFound(LookupError):
-    pass
 
 
 def _order_for_payment(session: Session, payment_id: str | None, metadata: object) -> Order:
@@ -33,7 +32,7 @@ def _order_for_payment(session: Session, payment_id: str | None, metadata: objec
     if order is None and payment_id:
         order = session.scalars(select(Order).where(Order.payment_id == payment_id)).first()
     if order is None:
-        raise OrderNotFound(f"no order for payment {payment_id}")
+        raise Defer(2, f"no order for payment {payment_id} yet")
     return order
 
 
@@ -51,6 +50,8 @@ def paid(event: Event, session: Session) -> None:
     if order.status in (OrderStatus.PENDING, OrderStatus.FAILED):
         order.failure_code = order.failure_message = None
         _move(order, OrderStatus.PAID, event.event_type)
+    order.shipments += 1  # ship the goods: once per payment, by the transition-once rule
+    log.info("order %s shipped", order.id, extra={"action": "ship", "event_id": event.event_id})
     session.add(order)
 
 

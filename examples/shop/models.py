@@ -30,5 +30,8 @@ class Order(SQLModel, table=True):
     failure_code: str | None = Field(default=None, max_length=16)
     failure_message: str | None = Field(default=None, max_length=255)
     dispute_status: str | None = Field(default=None, max_length=32)
+    #: Times the goods were shipped: a paid order ships once, whichever of the checkout's
+    #: API response, the webhook and the reconciler tells the shop first.
+    shipments: int = 0
     history: str = Field(default="", max_length=2000)
     updated_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

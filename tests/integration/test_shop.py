@@ -10,6 +10,7 @@ import pytest
 from flask import Flask
 
 from examples.shop.app import create_app
+from receiver.extension import WebhookReceiver
 from receiver.testing import WebhookTestClient
 from tests.conftest import SECRETS_SPEC
 
@@ -106,17 +107,37 @@ def test_duplicates_and_stale_events_change_nothing(
     assert (order["status"], order["refunded_amount"]) == ("partially_refunded", 1000)
 
 
-def test_event_before_the_order_exists_is_retried_until_it_does(
+def test_event_before_the_order_exists_waits_until_it_does(
     app: Flask, webhook_client: WebhookTestClient
 ) -> None:
-    webhook_client.send("payment_succeeded", object_id="pay_o5", metadata={"order_id": "o5"})
-    webhook_client.drain()  # fails: no order yet (max attempts is 8, backoff 0 here)
+    webhook_client.send(
+        "payment_succeeded", object_id="pay_o5", event_id="evt_o5", metadata={"order_id": "o5"}
+    )
+    for _ in range(12):  # more rounds than max attempts (8): deferral uses none of them
+        webhook_client.drain()
+        row = WebhookReceiver.state(app).store.get("evt_o5")
+        assert row is not None and (row.status, row.attempts) == ("pending", 0)
+        _due_now(app, "evt_o5")
+    listed = app.test_cli_runner().invoke(args=["hookledger", "events", "--deferred"])
+    assert "no order for payment pay_o5 yet" in listed.output
     _order(app, "o5")
-    # The event was dead-lettered by the inline drain's immediate retries; requeue it.
-    runner = app.test_cli_runner()
-    assert runner.invoke(args=["hookledger", "requeue", "--status", "dead"]).exit_code == 0
     webhook_client.drain()
-    assert _status(app, "o5")["status"] == "paid"
+    order = _status(app, "o5")
+    assert (order["status"], order["shipments"]) == ("paid", 1)
+
+
+def _due_now(app: Flask, event_id: str) -> None:
+    import sqlalchemy as sa
+
+    from receiver.models import InboxEvent
+
+    table: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
+    with WebhookReceiver.state(app).store.engine.begin() as conn:
+        conn.execute(
+            table.update()
+            .where(table.c.event_id == event_id)
+            .values(next_attempt_at=datetime(2000, 1, 1, tzinfo=UTC))
+        )
 
 
 def test_orders_page_renders(app: Flask) -> None:
