@@ -24,6 +24,7 @@ API routes (merchant key)::
     POST /refunds/list                  list ({count, total_count, data}; both dialects)
     POST /payouts/create                GET  /payouts/<id>
     PUT  /payouts/<id>                  POST /payouts/<id>/fulfill
+    POST /payouts/<id>                  (update, as the OpenAPI documents it; same as PUT)
     GET  /payouts/list                  list ({size, data})
     POST /payouts/list                  list ({size, data, total_count})
     GET  /disputes/list                 list (bare array)
@@ -286,6 +287,7 @@ def _register_api(app: Flask, sandbox: Sandbox) -> None:
         return json_response(sandbox.get_payout(payout_id))
 
     @app.put("/payouts/<payout_id>")
+    @app.post("/payouts/<payout_id>")
     def update_payout(payout_id: str) -> Response:
         return json_response(sandbox.update_payout(payout_id, _body()))
 

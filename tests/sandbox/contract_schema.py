@@ -215,23 +215,32 @@ def _validator(schema_json: str) -> Draft4Validator:
 
 
 def errors(schema: JSON, instance: Any) -> list[str]:
-    """Every violation of ``schema`` (a schema over ``#/definitions/...``) by ``instance``."""
+    """Every violation of ``schema`` (a schema over ``#/definitions/...``) by ``instance``.
+
+    A failed ``oneOf``/``anyOf`` is reported by the violations of its closest branch (the one
+    whose violations lie deepest), so a field added inside a card shows as such.
+    """
     validator = _validator(json.dumps(schema, sort_keys=True))
     found = []
-    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
-        path = "/".join(str(p) for p in error.absolute_path) or "<root>"
-        found.append(f"{path}: {_describe(error)}")
-    return found
+    for error in validator.iter_errors(instance):
+        for leaf in _leaves(error):
+            path = "/".join(str(p) for p in leaf.absolute_path) or "<root>"
+            found.append(f"{path}: {leaf.message[:300]}")
+    return sorted(found)
 
 
-def _describe(error: jsonschema.ValidationError) -> str:
-    if error.context:
-        # oneOf/anyOf: show the closest branch's reasons.
-        best = jsonschema.exceptions.best_match(error.context)
-        if best is not None:
-            path = "/".join(str(p) for p in best.absolute_path)
-            return f"{error.message[:120]} (closest: {path}: {best.message[:200]})"
-    return error.message[:300]
+def _leaves(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    if not error.context:
+        return [error]
+    branches: dict[Any, list[jsonschema.ValidationError]] = {}
+    for sub in error.context:
+        branch = sub.relative_schema_path[0] if sub.relative_schema_path else None
+        branches.setdefault(branch, []).extend(_leaves(sub))
+
+    def closeness(leaves: list[jsonschema.ValidationError]) -> tuple[int, int]:
+        return (max(len(leaf.absolute_path) for leaf in leaves), -len(leaves))
+
+    return max(branches.values(), key=closeness)
 
 
 def ref(name: str) -> JSON:
