@@ -7,6 +7,7 @@ event is listed as undelivered, its stored request is the exact body with the re
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 import requests
 
 from receiver.signature import SIGNATURE_HEADER, Secret, verify
-from reconcile.sandbox import FrozenClock, Sandbox, create_app, mount_wsgi
+from reconcile.sandbox import FrozenClock, Sandbox, SandboxServer, create_app, mount_wsgi
 from tests.sandbox.sandbox_support import (
     ADMIN_KEY,
     API_KEY,
@@ -22,6 +23,8 @@ from tests.sandbox.sandbox_support import (
     SECRET,
     Api,
     RecordingSender,
+    WebhookSink,
+    card,
 )
 
 DAY = timedelta(days=1).total_seconds()
@@ -254,3 +257,32 @@ def test_manual_retry_needs_a_webhook_url(sb: Sandbox, inproc: Api, admin: Admin
     (event,) = sb.webhooks.events()
     refused = admin.retry(event.event_id)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "IR_04"
+
+
+def test_manual_retry_in_the_threaded_mode_over_http(
+    start_sandbox: Callable[..., SandboxServer], sink: WebhookSink
+) -> None:
+    server = start_sandbox(webhook_url=sink.url, admin_api_key=ADMIN_KEY)
+    sandbox = server.sandbox
+    sandbox.faults.once("drop")
+    sandbox.create_payment(
+        {"amount": 10, "currency": "USD", "confirm": True, "payment_method_data": card()}
+    )
+    assert sandbox.flush_webhooks(5) and sink.deliveries == []
+    (event,) = sandbox.webhooks.events()
+    with requests.Session() as session:
+        url = f"{server.base_url}/events/{sandbox.merchant_id}/{event.event_id}/retry"
+        answer = session.post(url, headers={"api-key": ADMIN_KEY}, timeout=5)
+    assert answer.status_code == 200
+    retried = answer.json()
+    assert retried["response"]["status_code"] == 200 and retried["response"]["body"] == "ok"
+    assert ["content-type", "text/html; charset=utf-8"] in [
+        [name.lower(), value] for name, value in retried["response"]["headers"]
+    ]
+    (delivery,) = sink.deliveries
+    assert delivery.body == event.body and delivery.verified()
+
+
+def test_the_admin_key_stays_out_of_reprs(start_sandbox: Callable[..., SandboxServer]) -> None:
+    server = start_sandbox(admin_api_key=ADMIN_KEY)
+    assert ADMIN_KEY not in repr(server) + repr(server.sandbox) + repr(server.sandbox.webhooks)
