@@ -1,9 +1,10 @@
 """Run the sandbox processor: ``python -m reconcile.sandbox --api-key snd_... [options]``.
 
 Every option can come from an environment variable (shown in ``--help``); prefer the
-environment for ``SANDBOX_API_KEY`` and ``SANDBOX_WEBHOOK_SECRET`` so they stay out of the
-process list. Prints the base URL on stdout, serves until SIGTERM or SIGINT, then exits 0.
-Binds to loopback only unless ``--allow-remote`` is given.
+environment for ``SANDBOX_API_KEY``, ``SANDBOX_ADMIN_API_KEY`` and ``SANDBOX_WEBHOOK_SECRET``
+so they stay out of the process list. Without an admin key the events API answers 401.
+Prints the base URL on stdout, serves until SIGTERM or SIGINT, then exits 0. Binds to
+loopback only unless ``--allow-remote`` is given.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-key",
         default=_env("SANDBOX_API_KEY"),
         help="env SANDBOX_API_KEY; must start with snd_",
+    )
+    parser.add_argument(
+        "--admin-api-key",
+        default=_env("SANDBOX_ADMIN_API_KEY"),
+        help="env SANDBOX_ADMIN_API_KEY: the key of the events API (/events/...); none: 401",
     )
     parser.add_argument(
         "--webhook-url", default=_env("SANDBOX_WEBHOOK_URL"), help="env SANDBOX_WEBHOOK_URL"
@@ -114,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         schedule = parse_retry_schedule(args.retry_schedule)
         server = SandboxServer(
             args.api_key,
+            admin_api_key=args.admin_api_key or None,
             webhook_url=args.webhook_url,
             webhook_secret=args.webhook_secret,
             merchant_id=args.merchant_id,

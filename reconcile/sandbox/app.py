@@ -1,29 +1,43 @@
 """The sandbox processor's HTTP API: :func:`create_app`.
 
-API routes need the ``api-key`` header (401 ``AU_01`` otherwise), count against the rate limit
-window and may get injected faults. Every response carries ``X-RateLimit-Limit``,
-``X-RateLimit-Remaining`` and ``X-RateLimit-Reset``. Errors answer
-``{"error": {"type", "code", "message"}}`` (see :mod:`reconcile.sandbox.errors`).
+API routes need the merchant's ``api-key`` header (401 ``AU_01`` otherwise; the events routes
+need the *admin* key instead, ``Sandbox(admin_api_key=...)``, and answer 401 when the sandbox
+has none), count against the rate limit window and may get injected faults (see
+:mod:`reconcile.sandbox.faults`; the list faults reach the list routes marked *list*). Every
+response carries ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and ``X-RateLimit-Reset``.
+Errors answer ``{"error": {"type", "code", "message"}}`` (see :mod:`reconcile.sandbox.errors`).
+Every answer carries only the fields of Hyperswitch's OpenAPI schema for that route.
 
-API routes::
+API routes (merchant key)::
 
     GET  /health
     POST /customers                     GET  /customers/<id>
+    GET  /customers/<id>/mandates       ([MandateResponse])
     POST /payments                      GET  /payments/<id>
     POST /payments/<id>                 (update)
     POST /payments/<id>/confirm         POST /payments/<id>/capture
     POST /payments/<id>/cancel
-    POST /payments/list                 (seed dialect: {data, total_count, has_more})
-    GET  /payments/list                 (Hyperswitch dialect: {size, data})
+    POST /payments/list                 list (seed dialect: {data, total_count, has_more})
+    GET  /payments/list                 list (Hyperswitch dialect: {size, data})
     POST /refunds                       GET  /refunds/<id>
     POST /refunds/<id>                  (update)
-    POST /refunds/list                  ({count, total_count, data}; both dialects)
+    POST /refunds/list                  list ({count, total_count, data}; both dialects)
     POST /payouts/create                GET  /payouts/<id>
     PUT  /payouts/<id>                  POST /payouts/<id>/fulfill
-    GET  /payouts/list                  ({size, data})
-    POST /payouts/list                  ({size, data, total_count})
-    GET  /disputes/list                 (bare array)
+    POST /payouts/<id>                  (update, as the OpenAPI documents it; same as PUT)
+    GET  /payouts/list                  list ({size, data})
+    POST /payouts/list                  list ({size, data, total_count})
+    GET  /disputes/list                 list (bare array)
     GET  /disputes/<id>
+    GET  /mandates/<id>                 (MandateResponse)
+    POST /mandates/revoke/<id>          (MandateRevokedResponse; event mandate_revoked)
+
+Events API (admin key in ``api-key``; ``<merchant_id>`` is the merchant or profile id)::
+
+    POST /events/<merchant_id>                      list (EventListConstraints ->
+                                                    {events, total_count}, initial attempts)
+    GET  /events/<merchant_id>/<event_id>/attempts  [EventRetrieveResponse]
+    POST /events/<merchant_id>/<event_id>/retry     manual retry, sent synchronously
 
 Sandbox admin routes (no ``api-key``, no faults; they exist only in the sandbox)::
 
@@ -31,15 +45,29 @@ Sandbox admin routes (no ``api-key``, no faults; they exist only in the sandbox)
     GET    /__sandbox/faults                      the fault configuration
     POST   /__sandbox/faults                      set faults (FaultController.configure_from_json)
     DELETE /__sandbox/faults                      no faults
-    POST   /__sandbox/tick                        advance pending things one step
+    POST   /__sandbox/tick                        advance pending things one step (settles
+                                                  async captures/voids, expires 7-day-old
+                                                  authorisations, ...): {"changed": {...}}
     POST   /__sandbox/disputes                    {"payment_id", "amount"?, "reason"?,
                                                    "reason_code"?, "stage"?} open a dispute
-    POST   /__sandbox/disputes/<id>/<action>      challenge|accept|win|lose|expire|cancel
+    POST   /__sandbox/disputes/<id>/<action>      challenge|accept|win|lose|expire|cancel|
+                                                  pre_arbitration|arbitration|reversal
     POST   /__sandbox/payments/<id>/authenticate  {"result": "success"|"failure"} (3-D Secure)
+    POST   /__sandbox/refunds/<id>/fail           {"reason"?} late failure -> failed
+    POST   /__sandbox/payouts/<id>/reverse        success -> reversed
+    POST   /__sandbox/payouts/<id>/fail           {"reason"?} initiated|pending -> failed
+    POST   /__sandbox/mandates                    {"customer_id"?, "card_number"?,
+                                                   "card_exp_month"?, "card_exp_year"?,
+                                                   "card_holder_name"?, "customer_acceptance"?}
+                                                  create an active mandate
+    POST   /__sandbox/mandates/<id>/revoke        revoke (as POST /mandates/revoke/<id>)
     POST   /__sandbox/clock                       {"now": ts} | {"advance_seconds": n} |
                                                    {"real": true}
     GET    /__sandbox/events                      emitted webhook events and their attempts
     POST   /__sandbox/webhooks/flush              {"timeout": s} wait until delivered/given up
+    POST   /__sandbox/webhooks/deliver            {"release_held"?} clock-driven mode: send
+                                                  the attempts due now -> {"attempts": [...],
+                                                  "next_due": ts|null}
 """
 
 from __future__ import annotations
@@ -66,6 +94,7 @@ from reconcile.sandbox.state import Sandbox
 logger = logging.getLogger(__name__)
 
 ADMIN_PREFIX = "/__sandbox"
+EVENTS_PREFIX = "/events/"
 MAX_BODY_BYTES = 1024 * 1024
 
 
@@ -108,7 +137,11 @@ def _register_hooks(app: Flask, sandbox: Sandbox) -> None:
     def guard() -> None:
         if request.path.startswith(ADMIN_PREFIX):
             return
-        if not sandbox.check_api_key(request.headers.get("api-key")):
+        given = request.headers.get("api-key")
+        if request.path.startswith(EVENTS_PREFIX):
+            if not sandbox.check_admin_key(given):
+                raise unauthorized()
+        elif not sandbox.check_api_key(given):
             raise unauthorized()
         limiter = sandbox.rate_limiter
         allowed, remaining, reset = limiter.hit()
@@ -162,6 +195,12 @@ def _register_hooks(app: Flask, sandbox: Sandbox) -> None:
         return json_response(body, 500)
 
 
+def _list_fault() -> str | None:
+    """The list fault planned for this request (``ignore_filters``/``repeat_pages``)."""
+    plan: ApiFaultPlan | None = g.get("fault_plan")
+    return None if plan is None else plan.list_fault
+
+
 def _register_api(app: Flask, sandbox: Sandbox) -> None:
     @app.get("/health")
     def health() -> Response:
@@ -181,11 +220,15 @@ def _register_api(app: Flask, sandbox: Sandbox) -> None:
 
     @app.post("/payments/list")
     def list_payments() -> Response:
-        return json_response(sandbox.list_payments(_body()))
+        return json_response(sandbox.list_payments(_body(), list_fault=_list_fault()))
 
     @app.get("/payments/list")
     def list_payments_get() -> Response:
-        return json_response(sandbox.list_payments_hyperswitch(request.args.items(multi=True)))
+        return json_response(
+            sandbox.list_payments_hyperswitch(
+                request.args.items(multi=True), list_fault=_list_fault()
+            )
+        )
 
     @app.get("/payments/<payment_id>")
     def get_payment(payment_id: str) -> Response:
@@ -213,7 +256,7 @@ def _register_api(app: Flask, sandbox: Sandbox) -> None:
 
     @app.post("/refunds/list")
     def list_refunds() -> Response:
-        return json_response(sandbox.list_refunds(_body()))
+        return json_response(sandbox.list_refunds(_body(), list_fault=_list_fault()))
 
     @app.get("/refunds/<refund_id>")
     def get_refund(refund_id: str) -> Response:
@@ -229,17 +272,22 @@ def _register_api(app: Flask, sandbox: Sandbox) -> None:
 
     @app.get("/payouts/list")
     def list_payouts_get() -> Response:
-        return json_response(sandbox.list_payouts_hyperswitch(request.args.items(multi=True)))
+        return json_response(
+            sandbox.list_payouts_hyperswitch(
+                request.args.items(multi=True), list_fault=_list_fault()
+            )
+        )
 
     @app.post("/payouts/list")
     def list_payouts() -> Response:
-        return json_response(sandbox.list_payouts(_body()))
+        return json_response(sandbox.list_payouts(_body(), list_fault=_list_fault()))
 
     @app.get("/payouts/<payout_id>")
     def get_payout(payout_id: str) -> Response:
         return json_response(sandbox.get_payout(payout_id))
 
     @app.put("/payouts/<payout_id>")
+    @app.post("/payouts/<payout_id>")
     def update_payout(payout_id: str) -> Response:
         return json_response(sandbox.update_payout(payout_id, _body()))
 
@@ -249,11 +297,37 @@ def _register_api(app: Flask, sandbox: Sandbox) -> None:
 
     @app.get("/disputes/list")
     def list_disputes() -> Response:
-        return json_response(sandbox.list_disputes(request.args.items(multi=True)))
+        return json_response(
+            sandbox.list_disputes(request.args.items(multi=True), list_fault=_list_fault())
+        )
 
     @app.get("/disputes/<dispute_id>")
     def get_dispute(dispute_id: str) -> Response:
         return json_response(sandbox.get_dispute(dispute_id))
+
+    @app.get("/mandates/<mandate_id>")
+    def get_mandate(mandate_id: str) -> Response:
+        return json_response(sandbox.get_mandate(mandate_id))
+
+    @app.post("/mandates/revoke/<mandate_id>")
+    def revoke_mandate(mandate_id: str) -> Response:
+        return json_response(sandbox.revoke_mandate(mandate_id))
+
+    @app.get("/customers/<customer_id>/mandates")
+    def customer_mandates(customer_id: str) -> Response:
+        return json_response(sandbox.list_customer_mandates(customer_id))
+
+    @app.post("/events/<merchant_id>")
+    def list_events(merchant_id: str) -> Response:
+        return json_response(sandbox.list_events(merchant_id, _body(), list_fault=_list_fault()))
+
+    @app.get("/events/<merchant_id>/<event_id>/attempts")
+    def event_attempts(merchant_id: str, event_id: str) -> Response:
+        return json_response(sandbox.event_attempts(merchant_id, event_id))
+
+    @app.post("/events/<merchant_id>/<event_id>/retry")
+    def retry_event(merchant_id: str, event_id: str) -> Response:
+        return json_response(sandbox.retry_event(merchant_id, event_id))
 
 
 def _register_admin(app: Flask, sandbox: Sandbox) -> None:
@@ -307,6 +381,68 @@ def _register_admin(app: Flask, sandbox: Sandbox) -> None:
     def dispute_action(dispute_id: str, action: str) -> Response:
         return json_response(sandbox.dispute_action(dispute_id, action))
 
+    @app.post(ADMIN_PREFIX + "/refunds/<refund_id>/fail")
+    def fail_refund(refund_id: str) -> Response:
+        return json_response(sandbox.fail_refund(refund_id, reason=_reason(_body())))
+
+    @app.post(ADMIN_PREFIX + "/payouts/<payout_id>/reverse")
+    def reverse_payout(payout_id: str) -> Response:
+        return json_response(sandbox.reverse_payout(payout_id))
+
+    @app.post(ADMIN_PREFIX + "/payouts/<payout_id>/fail")
+    def fail_payout(payout_id: str) -> Response:
+        return json_response(sandbox.fail_payout(payout_id, reason=_reason(_body())))
+
+    @app.post(ADMIN_PREFIX + "/mandates")
+    def create_mandate() -> Response:
+        body = _body()
+        names = ("customer_id", "card_number", "card_exp_month", "card_exp_year")
+        options: dict[str, Any] = {}
+        for name in (*names, "card_holder_name"):
+            value = body.get(name)
+            if value is not None and not isinstance(value, str):
+                raise invalid(f"{name} must be a string")
+            if value is not None:
+                options[name] = value
+        acceptance = body.get("customer_acceptance")
+        if acceptance is not None and not isinstance(acceptance, dict):
+            raise invalid("customer_acceptance must be an object")
+        return json_response(sandbox.create_mandate(acceptance=acceptance, **options))
+
+    @app.post(ADMIN_PREFIX + "/mandates/<mandate_id>/revoke")
+    def admin_revoke_mandate(mandate_id: str) -> Response:
+        return json_response(sandbox.revoke_mandate(mandate_id))
+
+    @app.post(ADMIN_PREFIX + "/webhooks/deliver")
+    def deliver() -> Response:
+        release = _body().get("release_held", False)
+        if not isinstance(release, bool):
+            raise invalid("release_held must be true or false")
+        try:
+            report = sandbox.deliver_due(release_held=release)
+        except RuntimeError as exc:
+            raise invalid(str(exc)) from None
+        due = sandbox.next_delivery_due()
+        return json_response(
+            {
+                "attempts": [
+                    {
+                        "event_id": r.event_id,
+                        "attempt_id": r.attempt_id,
+                        "event_type": r.event_type,
+                        "object_id": r.object_id,
+                        "delivery_attempt": r.delivery_attempt,
+                        "at": format_timestamp(r.at),
+                        "status_code": r.status_code,
+                        "error": r.error,
+                        "final": r.final,
+                    }
+                    for r in report
+                ],
+                "next_due": None if due is None else format_timestamp(due),
+            }
+        )
+
     @app.post(ADMIN_PREFIX + "/payments/<payment_id>/authenticate")
     def authenticate(payment_id: str) -> Response:
         result = _body().get("result", "success")
@@ -345,3 +481,10 @@ def _register_admin(app: Flask, sandbox: Sandbox) -> None:
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
             raise invalid("timeout must be a non-negative number")
         return json_response({"drained": sandbox.flush_webhooks(float(timeout))})
+
+
+def _reason(body: dict[str, Any]) -> str | None:
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise invalid("reason must be a string")
+    return reason

@@ -7,7 +7,8 @@ Any other Luhn-valid number succeeds.
 ====================  ===================================================================
 card number           outcome on confirm
 ====================  ===================================================================
-4242424242424242      ``succeeded`` (``requires_capture`` with ``capture_method: manual``)
+4242424242424242      ``succeeded`` (``requires_capture`` with ``capture_method: manual``
+                      or ``manual_multiple``)
 5555555555554444      same as 4242424242424242 (Mastercard)
 4000000000000002      ``failed``, ``unified_code`` UE_1007 "declined by issuer"
                       (``error_code`` ``card_declined``, issuer code 05)
@@ -20,10 +21,23 @@ card number           outcome on confirm
                       (``POST /__sandbox/tick``; ``Sandbox(auto_dispute=False)`` turns it off)
 4000000000000077      ``processing``; the next tick moves it to ``succeeded``
                       (or ``requires_capture`` for manual capture)
+4000000000000333      authorises like 4242..., but its **captures and voids are
+                      asynchronous**: ``POST /payments/<id>/capture`` answers ``processing``
+                      (``partially_captured_and_processing`` for a partial capture of a
+                      ``manual_multiple`` payment), ``POST /payments/<id>/cancel`` answers
+                      ``processing``; the next tick settles them (``succeeded``,
+                      ``partially_captured``, ``partially_captured_and_capturable``,
+                      ``cancelled``), as Hyperswitch does for ``CaptureInitiated`` and
+                      ``VoidInitiated`` attempts
+4000000000000150      **partial authorisation**: the issuer approves half the amount (rounded
+                      down). With ``enable_partial_authorization: true`` on the payment:
+                      ``partially_authorized_and_requires_capture`` for manual capture,
+                      ``partially_captured`` (half received) for automatic capture. Without
+                      it: declined like 4000000000009995 (UE_1001)
 ====================  ===================================================================
 
-Only the last four digits and the brand are ever kept; the full number is never stored or
-echoed.
+Only the last four digits, the first six (the BIN, ``card_isin``) and the brand are ever kept;
+the full number is never stored or echoed.
 """
 
 from __future__ import annotations
@@ -31,7 +45,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-OutcomeKind = Literal["success", "decline", "three_ds", "processing", "dispute"]
+OutcomeKind = Literal[
+    "success", "decline", "three_ds", "processing", "dispute", "async", "partial_auth"
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +110,12 @@ TEST_CARDS: Final[dict[str, CardOutcome]] = {
     "4000000000003220": CardOutcome(kind="three_ds"),
     "4000000000000259": CardOutcome(kind="dispute"),
     "4000000000000077": CardOutcome(kind="processing"),
+    "4000000000000333": CardOutcome(kind="async"),
+    "4000000000000150": CardOutcome(kind="partial_auth"),
 }
+
+#: The decline a partial-authorisation card gives a payment that does not allow it.
+INSUFFICIENT_FUNDS: Final = TEST_CARDS["4000000000009995"]
 
 
 def outcome_for(card_number: str) -> CardOutcome:

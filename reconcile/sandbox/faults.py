@@ -22,6 +22,23 @@ API faults (decided per request, on every route except ``/__sandbox/*``):
 - ``error_after_processing``: the request is handled, then answered with a 5xx (the caller
   cannot tell whether it worked; a retried create gets ``HE_01``).
 
+List faults (not probabilities: the list endpoints they name misbehave on every request, or a
+once-rule's next ``count`` list requests do). Endpoint names: ``payments`` (both
+``/payments/list`` dialects), ``refunds``, ``payouts`` (both dialects), ``disputes``,
+``events`` (``POST /events/{merchant_id}``), or ``all``:
+
+- ``ignore_filters``: every filter, time bound, offset and cursor is ignored; the answer is
+  the newest ``limit`` rows of everything (``total_count`` counts everything).
+- ``repeat_pages``: paging is ignored, so the first page comes back whatever the offset or
+  cursor: ``offset`` is 0, ``starting_after``/``ending_before`` are dropped and so is the
+  *upper* time bound (``created.lte``/``.lt``/``created``, ``end_time``, ``created_lte``,
+  ``created_before``), the one a newest-first paginator moves; the lower bound and the other
+  filters still apply.
+
+``ApiFaultConfig(ignore_filters=("payments",), repeat_pages=("all",))`` or
+``{"api": {"ignore_filters": ["payments"]}}`` over HTTP; once-rules match the list route by
+``path`` (``once("repeat_pages", path="/refunds/list")``).
+
 Every applied fault is counted in :meth:`FaultController.stats` (event ids for webhook faults).
 """
 
@@ -38,6 +55,8 @@ from reconcile.sandbox.errors import invalid
 
 WEBHOOK_FAULTS: Final = ("drop", "duplicate", "delay", "reorder", "corrupt_signature")
 API_FAULTS: Final = ("error", "rate_limit", "timeout", "error_after_processing")
+LIST_FAULTS: Final = ("ignore_filters", "repeat_pages")
+LIST_ENDPOINTS: Final = ("payments", "refunds", "payouts", "disputes", "events")
 ERROR_STATUSES: Final = (500, 502, 503)
 
 
@@ -66,6 +85,10 @@ class ApiFaultConfig:
     timeout_seconds: float = 2.0
     error_after_processing: float = 0.0
     paths: tuple[str, ...] = ()
+    #: List endpoints (``LIST_ENDPOINTS`` names or ``"all"``) that ignore their filters.
+    ignore_filters: tuple[str, ...] = ()
+    #: List endpoints that answer the first page whatever the offset or cursor.
+    repeat_pages: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -103,6 +126,8 @@ class ApiFaultPlan:
     error_status: int | None = None
     rate_limit_reset_seconds: int | None = None
     error_after_status: int | None = None
+    #: ``"ignore_filters"`` or ``"repeat_pages"`` for a list request, else ``None``.
+    list_fault: str | None = None
 
 
 NO_API_FAULT: Final = ApiFaultPlan()
@@ -113,7 +138,9 @@ class _Applied:
     webhooks: dict[str, list[str]] = field(
         default_factory=lambda: {name: [] for name in WEBHOOK_FAULTS}
     )
-    api: dict[str, int] = field(default_factory=lambda: {name: 0 for name in API_FAULTS})
+    api: dict[str, int] = field(
+        default_factory=lambda: {name: 0 for name in API_FAULTS + LIST_FAULTS}
+    )
 
 
 class FaultController:
@@ -155,7 +182,8 @@ class FaultController:
 
         Webhook faults match on ``event_type``; ``delay`` takes ``seconds``. API faults
         (``error``, ``rate_limit``, ``timeout``, ``error_after_processing``) match on ``path``
-        (a prefix) and ``method``; ``error`` takes ``status``, the others ``seconds``.
+        (a prefix) and ``method``; ``error`` takes ``status``, the others ``seconds``. List
+        faults (``ignore_filters``, ``repeat_pages``) match list requests by ``path``/``method``.
         """
         rule = _once_rule({"fault": fault, "count": count, **match})
         with self._lock:
@@ -238,9 +266,17 @@ class FaultController:
             if not self._once and not _any_api_fault(self._api):
                 return NO_API_FAULT
             plan = ApiFaultPlan()
-            for rule in self._take_once(API_FAULTS, path=path, method=method):
+            endpoint = list_endpoint(method, path)
+            kinds = API_FAULTS + LIST_FAULTS if endpoint is not None else API_FAULTS
+            for rule in self._take_once(kinds, path=path, method=method):
                 plan = _apply_rule(plan, rule, self._api)
             config = self._api
+            if endpoint is not None and plan.list_fault is None:
+                for name in LIST_FAULTS:
+                    names = getattr(config, name)
+                    if endpoint in names or "all" in names:
+                        plan = replace(plan, list_fault=name)
+                        break
             if not config.paths or path.startswith(config.paths):
                 if self._hit(config.timeout) and not plan.sleep_seconds:
                     plan = replace(plan, sleep_seconds=config.timeout_seconds)
@@ -292,6 +328,8 @@ class FaultController:
         applied["rate_limit"] += plan.rate_limit_reset_seconds is not None
         applied["error"] += plan.error_status is not None
         applied["error_after_processing"] += plan.error_after_status is not None
+        if plan.list_fault is not None:
+            applied[plan.list_fault] += 1
 
 
 class RateLimiter:
@@ -331,9 +369,32 @@ class RateLimiter:
 # -- validation helpers ---------------------------------------------------------------------
 
 
+def list_endpoint(method: str, path: str) -> str | None:
+    """The ``LIST_ENDPOINTS`` name of a list request, or ``None`` for any other request."""
+    method = method.upper()
+    path = path.rstrip("/")
+    if path in ("/payments/list", "/payouts/list") and method in ("GET", "POST"):
+        return path.split("/")[1]
+    if path == "/refunds/list" and method == "POST":
+        return "refunds"
+    if path == "/disputes/list" and method == "GET":
+        return "disputes"
+    parts = path.split("/")
+    if method == "POST" and len(parts) == 3 and parts[1] == "events" and parts[2]:
+        return "events"
+    return None
+
+
 def _any_api_fault(config: ApiFaultConfig) -> bool:
     return any(
-        (config.error_rate, config.rate_limit, config.timeout, config.error_after_processing)
+        (
+            config.error_rate,
+            config.rate_limit,
+            config.timeout,
+            config.error_after_processing,
+            config.ignore_filters,
+            config.repeat_pages,
+        )
     )
 
 
@@ -346,6 +407,8 @@ def _matches(rule: OnceRule, **subject: str) -> bool:
 
 
 def _apply_rule(plan: ApiFaultPlan, rule: OnceRule, config: ApiFaultConfig) -> ApiFaultPlan:
+    if rule.fault in LIST_FAULTS:
+        return plan if plan.list_fault is not None else replace(plan, list_fault=rule.fault)
     if rule.fault == "timeout":
         seconds = rule.seconds if rule.seconds is not None else config.timeout_seconds
         return replace(plan, sleep_seconds=seconds)
@@ -366,6 +429,13 @@ def _check_probabilities(config: WebhookFaultConfig | ApiFaultConfig) -> None:
         if not 0.0 <= value <= 1.0:
             raise invalid(f"{attr} must be a probability between 0 and 1")
     if isinstance(config, ApiFaultConfig):
+        for name in LIST_FAULTS:
+            unknown = set(getattr(config, name)) - {*LIST_ENDPOINTS, "all"}
+            if unknown:
+                raise invalid(
+                    f"{name} takes list endpoints among {', '.join(LIST_ENDPOINTS)} or all; "
+                    f"unknown: {', '.join(sorted(unknown))}"
+                )
         if not config.error_statuses or any(s not in ERROR_STATUSES for s in config.error_statuses):
             raise invalid("error_statuses must be a non-empty list of 500, 502, 503")
         if config.timeout_seconds < 0 or config.rate_limit_reset_seconds < 0:
@@ -387,7 +457,7 @@ def _config_from_json(
         raise invalid(f"unknown {section} fault settings: {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     for name, value in raw.items():
-        if name in {"event_types", "paths", "error_statuses"}:
+        if name in {"event_types", "paths", "error_statuses", *LIST_FAULTS}:
             if not isinstance(value, list) or not all(
                 isinstance(v, int if name == "error_statuses" else str) for v in value
             ):
@@ -414,8 +484,9 @@ def _once_rule(raw: object) -> OnceRule:
     if unknown:
         raise invalid(f"unknown once-rule fields: {', '.join(sorted(unknown))}")
     fault = raw.get("fault")
-    if fault not in WEBHOOK_FAULTS + API_FAULTS:
-        raise invalid(f"fault must be one of {', '.join(WEBHOOK_FAULTS + API_FAULTS)}")
+    faults = WEBHOOK_FAULTS + API_FAULTS + LIST_FAULTS
+    if fault not in faults:
+        raise invalid(f"fault must be one of {', '.join(faults)}")
     count = raw.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise invalid("count must be a positive integer")

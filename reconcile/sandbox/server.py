@@ -43,7 +43,8 @@ class SandboxServer:
     """A :class:`~reconcile.sandbox.state.Sandbox` served over HTTP on an ephemeral port.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`. ``port=0`` picks a
-    free port; :attr:`base_url` tells which. Other keyword arguments go to
+    free port; :attr:`base_url` tells which. ``admin_api_key`` authenticates the events API
+    (``None``: those routes answer 401). Other keyword arguments go to
     :class:`~reconcile.sandbox.state.Sandbox`. ``tick_interval`` (seconds) runs
     :meth:`Sandbox.tick` periodically so ``processing`` payments and pending refunds settle
     by themselves.
@@ -53,6 +54,7 @@ class SandboxServer:
         self,
         api_key: str = "snd_sandbox_key",
         *,
+        admin_api_key: str | None = None,
         webhook_url: str | None = None,
         webhook_secret: str | None = None,
         merchant_id: str = "merchant_sandbox",
@@ -67,6 +69,7 @@ class SandboxServer:
     ) -> None:
         self._sandbox = Sandbox(
             api_key,
+            admin_api_key=admin_api_key,
             webhook_url=webhook_url,
             webhook_secret=webhook_secret,
             merchant_id=merchant_id,

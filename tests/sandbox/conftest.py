@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import requests
 
-from reconcile.sandbox import SandboxServer
-from tests.sandbox.sandbox_support import API_KEY, FAST_RETRIES, SECRET, Api, WebhookSink
+from reconcile.sandbox import FrozenClock, Sandbox, SandboxServer, create_app, mount_wsgi
+from tests.sandbox.sandbox_support import (
+    ADMIN_KEY,
+    API_KEY,
+    BASE_URL,
+    FAST_RETRIES,
+    HOOK_URL,
+    SECRET,
+    Api,
+    RecordingSender,
+    WebhookSink,
+)
 from tests.support import serve
 
 
@@ -65,3 +76,39 @@ def api(server: SandboxServer, session: requests.Session) -> Api:
 @pytest.fixture
 def hooked_api(hooked: SandboxServer, session: requests.Session) -> Api:
     return Api(session, hooked.base_url)
+
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    """A frozen sandbox clock at 2026-03-01T12:00:00Z."""
+    return FrozenClock(T0)
+
+
+@pytest.fixture
+def sender() -> RecordingSender:
+    return RecordingSender()
+
+
+@pytest.fixture
+def sb(clock: FrozenClock, sender: RecordingSender) -> Sandbox:
+    """An in-process sandbox on the frozen clock, delivering webhooks to ``sender``."""
+    return Sandbox(
+        API_KEY,
+        admin_api_key=ADMIN_KEY,
+        webhook_url=HOOK_URL,
+        webhook_secret=SECRET,
+        now=clock,
+        send=sender,
+        public_url=BASE_URL,
+    )
+
+
+@pytest.fixture
+def inproc(sb: Sandbox) -> Iterator[Api]:
+    """An :class:`Api` over ``sb``'s app through the in-process transport (no socket)."""
+    with requests.Session() as s:
+        mount_wsgi(s, BASE_URL, create_app(sb))
+        yield Api(s, BASE_URL)

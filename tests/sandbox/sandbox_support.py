@@ -128,3 +128,53 @@ class Api:
             **body,
         }
         return self.ok("POST", "/payments", payload)
+
+
+ADMIN_KEY = "admin_test_key_0123456789"
+BASE_URL = "http://sandbox.test"
+HOOK_URL = "http://shop.test/webhooks"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One webhook request a :class:`RecordingSender` was given."""
+
+    url: str
+    body: bytes
+    headers: dict[str, str]
+
+    @property
+    def signature(self) -> str | None:
+        return self.headers.get("X-Webhook-Signature-512")
+
+    def verified(self, secret: str = SECRET) -> bool:
+        try:
+            verify(self.body, self.signature, [Secret.of("test", secret)])
+        except Exception:
+            return False
+        return True
+
+
+class RecordingSender:
+    """A ``send(url, body, headers) -> status`` for the clock-driven delivery mode.
+
+    Answers the next value of :attr:`answers` (an ``int`` status, or an exception to raise
+    as a transport failure), then :attr:`status`; records every request in :attr:`sent`.
+    """
+
+    def __init__(self) -> None:
+        self.sent: list[Sent] = []
+        self.answers: list[int | Exception] = []
+        self.status = 200
+
+    def __call__(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+        self.sent.append(Sent(url, body, dict(headers)))
+        answer: int | Exception = self.answers.pop(0) if self.answers else self.status
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def event_types(self) -> list[str]:
+        import json
+
+        return [json.loads(s.body)["event_type"] for s in self.sent]

@@ -11,7 +11,7 @@ import threading
 import pytest
 import requests
 
-from reconcile.sandbox.__main__ import main
+from reconcile.sandbox.__main__ import build_parser, main
 
 KEY = "snd_cli_key_secret_value"
 SECRET = "cli_webhook_secret_value"
@@ -71,3 +71,10 @@ def test_serves_until_sigterm() -> None:
     assert process.returncode == 0
     assert KEY not in out + err and SECRET not in out + err
     assert "GET /health" in err  # the access log, without headers
+
+
+def test_admin_api_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOX_ADMIN_API_KEY", "admin_from_env")
+    args = build_parser().parse_args(["--api-key", KEY])
+    assert args.admin_api_key == "admin_from_env"
+    assert "SANDBOX_ADMIN_API_KEY" in build_parser().format_help()

@@ -346,7 +346,14 @@ def test_api_5xx_429_and_error_after_processing(server: SandboxServer, api: Api)
     retried = api.post("/payments", {"amount": 1, "currency": "USD", "payment_id": "p-2"})
     assert retried.json()["error"]["code"] == "HE_01"  # the first attempt was processed
     applied = server.sandbox.stats()["faults"]["api"]
-    assert applied == {"error": 1, "rate_limit": 1, "timeout": 0, "error_after_processing": 1}
+    assert applied == {
+        "error": 1,
+        "rate_limit": 1,
+        "timeout": 0,
+        "error_after_processing": 1,
+        "ignore_filters": 0,
+        "repeat_pages": 0,
+    }
     assert api.get("/health").status_code == 200
     admin = api.session.get(server.base_url + "/__sandbox/stats", timeout=5)
     assert admin.status_code == 200  # admin routes never get faults
