@@ -21,17 +21,19 @@ Everything here derives from :class:`ProcessorError`, itself a
 
 Texts and reprs never contain the API key: the client redacts it from anything the processor
 sends back before building an error, and bodies are only ever quoted as a short, cleaned excerpt.
+Remote ids (foreign text) never appear raw in a message: :func:`escape_id` renders one printable
+and bounded, for reports.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from receiver.errors import ConfigurationError, HookledgerError
+from reconcile.jsondecode import loads as json_loads
 
 __all__ = [
     "ApiError",
@@ -46,11 +48,14 @@ __all__ = [
     "ServerError",
     "TransportError",
     "api_error_from_response",
+    "escape_id",
     "safe_excerpt",
 ]
 
 #: Longest excerpt of a foreign text (error message, HTML page) kept in an exception.
 EXCERPT_LIMIT = 200
+#: Default longest rendering of a foreign id by :func:`escape_id`.
+ID_LIMIT = 80
 
 
 class ProcessorError(HookledgerError):
@@ -233,6 +238,59 @@ def safe_excerpt(text: str, limit: int = EXCERPT_LIMIT) -> str:
     return text
 
 
+def escape_id(value: object, limit: int = ID_LIMIT) -> str:
+    """A printable, bounded rendering of a foreign id (or any JSON scalar), for reports.
+
+    Printable characters are kept, ``\\`` is doubled, and NUL, control characters, lone
+    surrogates and every other non-printable character are escaped (``\\x00``, ``\\x1b``,
+    ``\\ud800``, ``\\u200b``, ``\\U000e0001``), so the result is one line that always encodes to
+    UTF-8 and cannot be confused with another id. A rendering longer than ``limit`` characters
+    is cut (never inside an escape) and ends with ``…``. ``None``, booleans, numbers are shown
+    as Python literals (a huge integer by its size only); other values (objects, arrays) only by
+    their type name, as ``<dict>``: their content is never rendered (it may be deep or huge).
+    """
+    if limit < 2:
+        raise ValueError("limit must be at least 2")
+    if isinstance(value, str):
+        text = value
+    elif value is None or isinstance(value, bool | float):
+        text = repr(value)
+    elif isinstance(value, int):
+        # str() of an int over 4300 digits raises; the size says enough about such an "id".
+        text = str(value) if value.bit_length() <= 256 else f"<int of {value.bit_length()} bits>"
+    else:
+        text = f"<{type(value).__name__}>"
+    pieces: list[str] = []
+    size = 0
+    for ch in text:
+        if ch == "\\":
+            piece = "\\\\"
+        elif ch.isprintable():
+            piece = ch
+        else:
+            code = ord(ch)
+            if code < 0x100:
+                piece = f"\\x{code:02x}"
+            elif code < 0x10000:
+                piece = f"\\u{code:04x}"
+            else:
+                piece = f"\\U{code:08x}"
+        pieces.append(piece)
+        size += len(piece)
+        if size > limit:  # no need to look at the rest of a long text
+            break
+    if size <= limit:
+        return "".join(pieces)
+    kept: list[str] = []
+    size = 0
+    for piece in pieces:
+        if size + len(piece) > limit - 1:
+            break
+        kept.append(piece)
+        size += len(piece)
+    return "".join(kept) + "…"
+
+
 def _field(error: dict[str, Any], name: str, redact: Callable[[str], str]) -> str | None:
     value = error.get(name)
     if value is None:
@@ -262,7 +320,8 @@ def api_error_from_response(
     message: str | None = None
     text = body.decode("utf-8", errors="replace")
     try:
-        document: Any = json.loads(text) if text.strip() else None
+        # The safe decoder: an error body nested 100,000 deep must not raise RecursionError.
+        document: Any = json_loads(text) if text.strip() else None
     except ValueError:
         document = None
     if isinstance(document, dict):
