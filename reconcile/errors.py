@@ -49,6 +49,8 @@ __all__ = [
     "TransportError",
     "api_error_from_response",
     "escape_id",
+    "id_defect",
+    "json_type",
     "safe_excerpt",
 ]
 
@@ -56,6 +58,8 @@ __all__ = [
 EXCERPT_LIMIT = 200
 #: Default longest rendering of a foreign id by :func:`escape_id`.
 ID_LIMIT = 80
+#: Longest id :func:`id_defect` accepts (Hyperswitch's own ids are at most 64 characters).
+MAX_ID_LENGTH = 255
 
 
 class ProcessorError(HookledgerError):
@@ -289,6 +293,48 @@ def escape_id(value: object, limit: int = ID_LIMIT) -> str:
         kept.append(piece)
         size += len(piece)
     return "".join(kept) + "…"
+
+
+def id_defect(value: object) -> str | None:
+    """Why ``value`` is not a clean id, or ``None`` when it is one.
+
+    A clean id is a string of 1 to :data:`MAX_ID_LENGTH` printable characters, not all blank:
+    no NUL, control character, lone surrogate or other non-printable character. The answer
+    (``"contains NUL"``, ``"is a number, not a string"``, ...) never quotes the value.
+    """
+    if not isinstance(value, str):
+        return f"is {json_type(value)}, not a string"
+    if not value:
+        return "is empty"
+    if len(value) > MAX_ID_LENGTH:
+        return f"is longer than {MAX_ID_LENGTH} characters"
+    if value.isprintable():
+        return None if value.strip() else "is blank"
+    for ch in value:
+        if ch == "\x00":
+            return "contains NUL"
+        if "\ud800" <= ch <= "\udfff":
+            return "contains a lone surrogate"
+        if ch < " " or "\x7f" <= ch <= "\x9f":
+            return "contains a control character"
+    return "contains a non-printable character"
+
+
+def json_type(value: object) -> str:
+    """The JSON type of a decoded value, as a noun phrase (``"an object"``, ``"null"``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
 
 
 def _field(error: dict[str, Any], name: str, redact: Callable[[str], str]) -> str | None:

@@ -98,8 +98,9 @@ from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, NamedTuple, Protocol
+from urllib.parse import quote
 
-from reconcile.errors import PagingError, escape_id
+from reconcile.errors import MAX_ID_LENGTH, PagingError, escape_id, id_defect, json_type
 
 __all__ = [
     "DEFAULT_MAX_REQUESTS",
@@ -118,6 +119,7 @@ __all__ = [
     "RowProblemKind",
     "TimeSlicePager",
     "disputes_pager",
+    "events_pager",
     "format_timestamp",
     "payments_pager",
     "payouts_pager",
@@ -140,8 +142,6 @@ DENSE_LIMIT: Final = 10_000
 DENSE_PASSES: Final = 3
 #: Most slices one window is split into at once (keeps the stack of pending slices small).
 MAX_SLICES: Final = 64
-#: Longest id accepted (longer is a :class:`RowProblem`; Hyperswitch's ids are at most 64).
-MAX_ID_LENGTH: Final = 255
 #: Row problems kept on ``pager.row_errors`` (``pager.row_error_count`` counts them all).
 MAX_ROW_ERRORS: Final = 1_000
 
@@ -259,7 +259,7 @@ def _width_ms(text: str) -> int:
 def _time_span(value: Any) -> tuple[int, int] | str:
     """The ms span a printed creation time stands for, or why it cannot be read."""
     if not isinstance(value, str):
-        return f"is {_json_type(value)}, not a timestamp"
+        return f"is {json_type(value)}, not a timestamp"
     text = value.strip()
     try:
         if len(text) > _MAX_TIME_TEXT:
@@ -279,40 +279,6 @@ def _time_span(value: Any) -> tuple[int, int] | str:
 # --------------------------------------------------------------------------------------------
 # Row helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__}"
-
-
-def _id_defect(value: Any) -> str | None:
-    """Why ``value`` is not a clean id (``None`` when it is one)."""
-    if not isinstance(value, str):
-        return f"is {_json_type(value)}, not a string"
-    if len(value) > MAX_ID_LENGTH:
-        return f"is longer than {MAX_ID_LENGTH} characters"
-    if value.isprintable():
-        return None if value.strip() else "is blank"
-    for ch in value:
-        if ch == "\x00":
-            return "contains NUL"
-        if "\ud800" <= ch <= "\udfff":
-            return "contains a lone surrogate"
-        if ch < " " or "\x7f" <= ch <= "\x9f":
-            return "contains a control character"
-    return "contains a non-printable character"
 
 
 def _int_field(body: Any, name: str) -> int | None:
@@ -366,6 +332,7 @@ class Pager(Iterable[dict[str, Any]], ABC):
         on_stuck: OnStuck = "raise",
         max_requests: int | None = None,
         rows_key: str | None = "data",
+        unlistable: Iterable[IncompleteWindow] = (),
     ) -> None:
         _require_aware(start, "start")
         _require_aware(end, "end")
@@ -409,6 +376,8 @@ class Pager(Iterable[dict[str, Any]], ABC):
         #: Windows to raise after the rows in ``on_stuck="raise"`` mode (see ``_unlistable``).
         self._deferred: list[tuple[int, int, str]] = []
         self._started = False
+        for window in unlistable:
+            self._unlistable(_to_ms(window.start), _to_ms(window.end), window.reason)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self._started:
@@ -481,13 +450,13 @@ class Pager(Iterable[dict[str, Any]], ABC):
     def _inspect(self, row: Any) -> tuple[str, int, int] | None:
         """The id and creation span of a usable row; else record its problem, ``None``."""
         if not isinstance(row, dict):
-            self._problem("not_an_object", None, f"the row is {_json_type(row)}, not an object")
+            self._problem("not_an_object", None, f"the row is {json_type(row)}, not an object")
             return None
         raw_id = row.get(self.id_field)
         if raw_id is None or raw_id == "":
             self._problem("missing_id", None, f"the row has no {self.id_field!r}")
             return None
-        defect = _id_defect(raw_id)
+        defect = id_defect(raw_id)
         if defect is not None:
             self._problem("bad_id", escape_id(raw_id), f"{self.id_field!r} {defect}")
             return None
@@ -1049,4 +1018,50 @@ def disputes_pager(
         on_stuck=on_stuck,
         dense_limit=dense_limit,
         max_requests=max_requests,
+    )
+
+
+def events_pager(
+    fetch: Fetch,
+    merchant_id: str,
+    start: datetime,
+    end: datetime,
+    *,
+    is_delivered: bool | None = False,
+    page_size: int = 100,
+    on_stuck: OnStuck = "raise",
+    max_requests: int | None = None,
+    unlistable: Iterable[IncompleteWindow] = (),
+) -> Pager:
+    """Initial delivery attempts (events) created in ``[start, end]``: the admin events list.
+
+    ``POST /events/{merchant_id}`` with ``{created_after, created_before, limit, offset}`` and
+    ``is_delivered`` unless ``None`` (``EventListConstraints``; both bounds inclusive, newest
+    first, at most 100 per page); answers ``{events, total_count}``. Offset paging: events
+    created while paging push rows down, the repeats are skipped by ``event_id``. The 90-day
+    limit of the server is the caller's (:meth:`reconcile.events_client.EventsClient.iter_events`
+    clamps the window and passes the clipped part as ``unlistable``).
+    """
+    if is_delivered is not None and not isinstance(is_delivered, bool):
+        raise TypeError("is_delivered must be a bool or None")
+    defect = id_defect(merchant_id)
+    if defect is not None or merchant_id in (".", ".."):
+        raise ValueError(f"merchant_id must be a clean id: it {defect or 'is a dot segment'}")
+    return OffsetPager(
+        fetch,
+        start,
+        end,
+        method="POST",
+        extra={} if is_delivered is None else {"is_delivered": is_delivered},
+        kind="events",
+        path=f"/events/{quote(merchant_id, safe='')}",
+        id_field="event_id",
+        lower_param="created_after",
+        upper_param="created_before",
+        page_size=page_size,
+        max_page_size=100,
+        on_stuck=on_stuck,
+        max_requests=max_requests,
+        rows_key="events",
+        unlistable=unlistable,
     )
