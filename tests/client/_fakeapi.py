@@ -64,7 +64,8 @@ def to_us(when: datetime) -> int:
 def iso_ms(us: int) -> str:
     """Printed like Hyperswitch: milliseconds (truncated) and ``Z``."""
     when = EPOCH + timedelta(microseconds=us)
-    return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{when.microsecond // 1000:03d}Z"
+    # Not strftime: glibc prints year 1 as "1", not "0001".
+    return f"{when.isoformat(timespec='milliseconds')[:-6]}Z"
 
 
 @dataclass
