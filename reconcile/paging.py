@@ -521,6 +521,9 @@ class Pager(Iterable[dict[str, Any]], ABC):
 
     def _stuck(self, start_ms: int, end_ms: int, reason: str) -> None:
         """Raise or record a window that cannot be paged through (see ``on_stuck``)."""
+        # Never more than the pager's window (a crowded first millisecond reaches below it).
+        start_ms = min(max(start_ms, self._start_ms), self._end_ms)
+        end_ms = min(max(end_ms, start_ms), self._end_ms)
         window = IncompleteWindow(_from_ms(start_ms), _from_ms(end_ms), reason)
         text = (
             f"cannot page through {self.kind} created {_format_ms(start_ms)} .. "
@@ -659,17 +662,19 @@ class OffsetPager(Pager):
                 return
             if has_more is False:
                 return
-            if has_more is not True and (
-                page.count < limit or (total is not None and offset >= total)
-            ):
-                return
-            if page.rows and fresh == 0:
+            if page.rows and fresh == 0 and (page.count >= limit or has_more is True):
+                # Checked before the offset is compared with total_count: a repeated page is
+                # no progress, whatever the offset says.
                 self._stuck(
                     start,
                     end,
                     f"a page of {self.kind} at offset {at} held only rows already read "
                     "(the server repeats pages or ignores the offset)",
                 )
+                return
+            if has_more is not True and (
+                page.count < limit or (total is not None and offset >= total)
+            ):
                 return
             if most is not None and offset >= most:
                 # has_more is True here: it contradicts every total_count reported.
@@ -813,9 +818,7 @@ class TimeSlicePager(Pager):
                         self._yielded.add(row_id)
                         yield row
                 at, offset = offset, offset + page.count
-                if page.count < limit or (total is not None and offset >= total):
-                    break
-                if page.rows and new == 0:
+                if page.rows and new == 0 and page.count >= limit:
                     self._stuck(
                         low,
                         high,
@@ -823,6 +826,8 @@ class TimeSlicePager(Pager):
                         "(the server repeats pages or ignores the offset)",
                     )
                     return True
+                if page.count < limit or (total is not None and offset >= total):
+                    break
             if (len(seen) >= total) if total is not None else (attempt > 1 and fresh == 0):
                 return True
         self._stuck(
