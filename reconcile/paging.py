@@ -397,7 +397,7 @@ class Pager(Iterable[dict[str, Any]], ABC):
                 f"{self.kind} created {_format_ms(low)} .. {_format_ms(high)} were not read",
             )
         for low, high, reason in self._deferred:
-            self._stuck(low, high, reason)
+            self._stuck(low, high, reason, clamp=False)
 
     @abstractmethod
     def _rows(self) -> Iterator[dict[str, Any]]:
@@ -510,20 +510,22 @@ class Pager(Iterable[dict[str, Any]], ABC):
         )
 
     def _unlistable(self, start_ms: int, end_ms: int, reason: str) -> None:
-        """Report a part of the window the server cannot list at all (known beforehand).
+        """Report a window the server cannot list at all, known beforehand (it may lie before
+        the pager's window: the part of the caller's window the pager was clamped from).
 
         Recorded at once with ``on_stuck="report"``; raised after the rows otherwise.
         """
         if self.on_stuck == "report":
-            self._stuck(start_ms, end_ms, reason)
+            self._stuck(start_ms, end_ms, reason, clamp=False)
         else:
             self._deferred.append((start_ms, end_ms, reason))
 
-    def _stuck(self, start_ms: int, end_ms: int, reason: str) -> None:
+    def _stuck(self, start_ms: int, end_ms: int, reason: str, *, clamp: bool = True) -> None:
         """Raise or record a window that cannot be paged through (see ``on_stuck``)."""
-        # Never more than the pager's window (a crowded first millisecond reaches below it).
-        start_ms = min(max(start_ms, self._start_ms), self._end_ms)
-        end_ms = min(max(end_ms, start_ms), self._end_ms)
+        if clamp:
+            # Never more than the pager's window (a crowded first millisecond reaches below it).
+            start_ms = min(max(start_ms, self._start_ms), self._end_ms)
+            end_ms = min(max(end_ms, start_ms), self._end_ms)
         window = IncompleteWindow(_from_ms(start_ms), _from_ms(end_ms), reason)
         text = (
             f"cannot page through {self.kind} created {_format_ms(start_ms)} .. "
