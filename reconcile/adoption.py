@@ -49,7 +49,7 @@ from reconcile.client import ProcessorClient
 from reconcile.diff import Remote
 from reconcile.errors import ProcessorError, escape_id
 from reconcile.models import Adoption
-from reconcile.paging import Pager
+from reconcile.paging import Pager, RefundsDialect
 from reconcile.recovery import Recovery, RecoveryOptions
 from reconcile.report import SAMPLE, KindReport
 from reconcile.runner import KIND_NAMES, LISTED_KINDS, Reconciler, truncate_ms
@@ -357,7 +357,7 @@ class Adopter:
                 max_requests=budget,
             )
         if name == "refunds":
-            dialect = "seed" if o.payments_dialect == "seed" else "hyperswitch"
+            dialect: RefundsDialect = "seed" if o.payments_dialect == "seed" else "hyperswitch"
             return self.client.iter_refunds(
                 low,
                 high,

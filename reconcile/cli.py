@@ -150,7 +150,7 @@ class Context:
         admin_key = os.environ.get("HOOKLEDGER_ADMIN_API_KEY")
         if not admin_key:
             return None
-        from reconcile.client import EventsClient
+        from reconcile.events_client import EventsClient
         from reconcile.undelivered import UndeliveredEvents
 
         merchant_id = os.environ.get("HOOKLEDGER_MERCHANT_ID")

@@ -5,6 +5,8 @@
 ...     for refund in client.iter_refunds(start, end):
 ...         ...
 
+:class:`ApiClient` is the transport; :class:`ProcessorClient` (a merchant's secret key) and
+:class:`~reconcile.events_client.EventsClient` (the admin key, events API) are built on it.
 What it does for every call:
 
 * sends ``api-key``, ``Content-Type: application/json``, ``Accept: application/json`` and
@@ -22,9 +24,22 @@ What it does for every call:
     schedule around (sleeping less would only earn another 429);
   - never: 401/403/``AU_01``/``AU_02`` and the other 4xx.
 
-  Every call the client makes is a read (retrieve or list), so retrying is always safe.
+  Reads (retrieve, list) are always safe to retry. A call that is not a read is sent with
+  ``idempotent=False`` (only :meth:`EventsClient.retry_event
+  <reconcile.events_client.EventsClient.retry_event>`): it is retried only when the server
+  surely did not act on it: a 429, or a connection that was never made (refused, connect
+  timeout); never after a 5xx or a read timeout.
+* decodes the body with :func:`reconcile.jsondecode.loads`: valid JSON of any depth (a
+  ``metadata`` nested 100,000 levels deep) or with huge integers decodes instead of raising
+  ``RecursionError``; invalid UTF-8 is replaced (U+FFFD), lone surrogate escapes are kept;
 * logs each attempt at DEBUG on the ``reconcile.client`` logger: method, path (without the
-  query), status, attempt, elapsed time; never headers, the key or bodies.
+  query), status, attempt, elapsed time; never headers, the key or bodies. The key never
+  appears in a log line, an error or a repr (it is redacted from anything the server echoes).
+
+Lists (``iter_payments`` ...) return the pagers of :mod:`reconcile.paging`: each object at most
+once, at most ``max_requests`` list calls per window, rows checked against the window, row
+problems on ``pager.row_errors``, what could not be read on ``pager.incomplete`` (or raised as
+:class:`~reconcile.errors.PagingError`); see that module.
 
 The key decides the environment (``snd_`` sandbox, ``prd_`` production); publishable
 (``pk_...``) and administrative (``admin_...``) keys are refused. An explicit ``environment``
@@ -37,7 +52,6 @@ from __future__ import annotations
 
 import email.utils
 import importlib.metadata
-import json as jsonlib
 import logging
 import math
 import random
@@ -50,6 +64,7 @@ from typing import Any, Final, Literal, Self
 from urllib.parse import quote, urlsplit
 
 import requests
+from urllib3.exceptions import NewConnectionError
 
 from reconcile.errors import (
     ApiError,
@@ -59,24 +74,46 @@ from reconcile.errors import (
     RateLimited,
     TransportError,
     api_error_from_response,
+    id_defect,
     safe_excerpt,
 )
+from reconcile.jsondecode import loads as json_loads
 from reconcile.paging import (
     OnStuck,
     Pager,
     PaymentsDialect,
     PayoutsDialect,
+    RefundsDialect,
     disputes_pager,
     payments_pager,
     payouts_pager,
     refunds_pager,
 )
 
-__all__ = ["Environment", "ProcessorClient", "RetryPolicy", "environment_of_key"]
+__all__ = [
+    "OBJECT_KINDS",
+    "ApiClient",
+    "Environment",
+    "ObjectKind",
+    "ProcessorClient",
+    "RetryPolicy",
+    "environment_of_key",
+    "path_segment",
+]
 
 logger = logging.getLogger("reconcile.client")
 
 Environment = Literal["sandbox", "production"]
+ObjectKind = Literal["payment", "refund", "dispute", "payout", "mandate"]
+
+#: The retrieve path of each kind :meth:`ProcessorClient.get_object` knows.
+OBJECT_KINDS: Final[Mapping[str, str]] = {
+    "payment": "/payments",
+    "refund": "/refunds",
+    "dispute": "/disputes",
+    "payout": "/payouts",
+    "mandate": "/mandates",
+}
 
 _KEY_PREFIXES: Final[Mapping[str, Environment]] = {"snd_": "sandbox", "prd_": "production"}
 #: Hosts known to serve one environment (Hyperswitch's own); other hosts are not checked.
@@ -155,6 +192,28 @@ def environment_of_key(api_key: str) -> Environment | None:
     return None
 
 
+def _nothing_sent(exc: requests.RequestException) -> bool:
+    """Whether a failed call surely never reached the server (no connection was made)."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    if isinstance(exc, requests.ConnectionError) and exc.args:
+        return isinstance(getattr(exc.args[0], "reason", None), NewConnectionError)
+    return False
+
+
+def path_segment(value: str, name: str) -> str:
+    """``value`` URL-quoted as one path segment; ``ValueError`` unless it is a clean id.
+
+    The message never quotes the value (it may be foreign text).
+    """
+    defect = id_defect(value)
+    if defect is None and value.strip() in (".", ".."):
+        defect = "is a dot segment"
+    if defect is not None:
+        raise ValueError(f"{name} must be a clean id: it {defect}")
+    return quote(value, safe="")
+
+
 def _host_environment(host: str) -> Environment | None:
     if host in _PRODUCTION_HOSTS:
         return "production"
@@ -163,11 +222,13 @@ def _host_environment(host: str) -> Environment | None:
     return None
 
 
-class ProcessorClient:
-    """A client of the processor's REST API (retrieve and list), authenticated by a secret key.
+class ApiClient:
+    """The transport common to the API clients: one authenticated, retrying JSON call.
 
-    ``sleep``, ``clock`` (Unix time, for ``X-RateLimit-Reset``) and ``rng`` (the jitter) are
-    injectable for tests. A ``session`` passed in is used but not closed by :meth:`close`.
+    ``environment`` is resolved by the subclass (from the key, or given); the base URL is
+    checked against it here. ``sleep``, ``clock`` (Unix time, for ``X-RateLimit-Reset``) and
+    ``rng`` (the jitter) are injectable for tests. A ``session`` passed in is used but not
+    closed by :meth:`close`.
     """
 
     def __init__(
@@ -175,7 +236,7 @@ class ProcessorClient:
         base_url: str,
         api_key: str,
         *,
-        environment: Environment | None = None,
+        environment: Environment,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, hence shareable
@@ -184,20 +245,8 @@ class ProcessorClient:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
-        key_environment = environment_of_key(api_key)
-        if environment is not None and environment not in ("sandbox", "production"):
+        if environment not in ("sandbox", "production"):
             raise ValueError("environment must be 'sandbox' or 'production'")
-        if key_environment is None and environment is None:
-            raise InvalidApiKey(
-                "the API key has no snd_/prd_ prefix, so sandbox and production cannot be told "
-                "apart; pass environment='sandbox' or environment='production'"
-            )
-        if environment is not None and key_environment not in (None, environment):
-            raise EnvironmentMismatch(
-                f"environment={environment!r} but the API key is a {key_environment} key"
-            )
-        resolved: Environment = environment or key_environment or "sandbox"
-
         parts = urlsplit(base_url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("base_url must be an http(s) URL with a host")
@@ -205,17 +254,17 @@ class ProcessorClient:
             raise ValueError("base_url must not have a query or fragment")
         host = parts.hostname.lower()
         host_environment = _host_environment(host)
-        if host_environment is not None and host_environment != resolved:
+        if host_environment is not None and host_environment != environment:
             raise EnvironmentMismatch(
-                f"a {resolved} client cannot use {host}, which serves {host_environment}"
+                f"a {environment} client cannot use {host}, which serves {host_environment}"
             )
-        if resolved == "production" and parts.scheme != "https" and host not in _LOOPBACK_HOSTS:
+        if environment == "production" and parts.scheme != "https" and host not in _LOOPBACK_HOSTS:
             raise EnvironmentMismatch("a production key must only be sent over https")
         if connect_timeout <= 0 or read_timeout <= 0:
             raise ValueError("timeouts must be positive")
 
         self.base_url = base_url.strip().rstrip("/")
-        self.environment: Environment = resolved
+        self.environment: Environment = environment
         self.retry = retry
         self.timeout = (connect_timeout, read_timeout)
         self._api_key = api_key
@@ -251,95 +300,15 @@ class ProcessorClient:
 
     def __repr__(self) -> str:
         return (
-            f"ProcessorClient(base_url={self.base_url!r}, environment={self.environment!r}, "
-            f"api_key='{self._api_key[:4]}***')"
+            f"{type(self).__name__}(base_url={self.base_url!r}, "
+            f"environment={self.environment!r}, api_key={self._key_hint()!r})"
         )
 
-    # -- resources ----------------------------------------------------------------------------
-
-    def health(self) -> dict[str, Any]:
-        """``GET /health``: the JSON object answered, or ``{"message": <text>}`` for plain text."""
-        body = self.request("GET", "/health", allow_text=True)
-        if isinstance(body, dict):
-            return body
-        return {"message": safe_excerpt(str(body))}
-
-    def get_payment(self, payment_id: str) -> dict[str, Any]:
-        """``GET /payments/{payment_id}``."""
-        return self._get_object("/payments", payment_id)
-
-    def get_refund(self, refund_id: str) -> dict[str, Any]:
-        """``GET /refunds/{refund_id}``."""
-        return self._get_object("/refunds", refund_id)
-
-    def get_payout(self, payout_id: str) -> dict[str, Any]:
-        """``GET /payouts/{payout_id}``."""
-        return self._get_object("/payouts", payout_id)
-
-    def get_dispute(self, dispute_id: str) -> dict[str, Any]:
-        """``GET /disputes/{dispute_id}``."""
-        return self._get_object("/disputes", dispute_id)
-
-    def iter_payments(
-        self,
-        start: datetime,
-        end: datetime,
-        *,
-        dialect: PaymentsDialect = "hyperswitch",
-        page_size: int = 100,
-        on_stuck: OnStuck = "raise",
-    ) -> Pager:
-        """Payments created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`."""
-        return payments_pager(
-            self.request, start, end, dialect=dialect, page_size=page_size, on_stuck=on_stuck
-        )
-
-    def iter_refunds(
-        self,
-        start: datetime,
-        end: datetime,
-        *,
-        page_size: int = 100,
-        on_stuck: OnStuck = "raise",
-    ) -> Pager:
-        """Refunds created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`."""
-        return refunds_pager(self.request, start, end, page_size=page_size, on_stuck=on_stuck)
-
-    def iter_payouts(
-        self,
-        start: datetime,
-        end: datetime,
-        *,
-        dialect: PayoutsDialect = "get",
-        page_size: int | None = None,
-        on_stuck: OnStuck = "raise",
-    ) -> Pager:
-        """Payouts created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`."""
-        return payouts_pager(
-            self.request, start, end, dialect=dialect, page_size=page_size, on_stuck=on_stuck
-        )
-
-    def iter_disputes(
-        self,
-        start: datetime,
-        end: datetime,
-        *,
-        page_size: int = 100,
-        on_stuck: OnStuck = "raise",
-    ) -> Pager:
-        """Disputes created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`."""
-        return disputes_pager(self.request, start, end, page_size=page_size, on_stuck=on_stuck)
+    def _key_hint(self) -> str:
+        """What a repr may show of the key: nothing but a mask."""
+        return "***"
 
     # -- transport ----------------------------------------------------------------------------
-
-    def _get_object(self, collection: str, object_id: str) -> dict[str, Any]:
-        if not isinstance(object_id, str) or not object_id.strip() or object_id in (".", ".."):
-            raise ValueError("an object id must be a non-empty string")
-        path = f"{collection}/{quote(object_id, safe='')}"
-        body = self.request("GET", path)
-        if not isinstance(body, dict):
-            raise ApiError("expected a JSON object", status=200, method="GET", path=path)
-        return body
 
     def request(
         self,
@@ -349,11 +318,14 @@ class ProcessorClient:
         params: Mapping[str, str | int] | None = None,
         json: Mapping[str, Any] | None = None,
         allow_text: bool = False,
+        idempotent: bool = True,
     ) -> Any:
         """Send one API call with retries and return its decoded JSON body.
 
         ``path`` is relative to ``base_url`` and starts with ``/``. With ``allow_text`` a 2xx
         body that is not JSON is returned as text instead of raising :class:`ApiError`.
+        ``idempotent=False`` marks a call that must not be repeated once the server may have
+        acted on it: it is retried only after a 429 or when no connection was made.
         """
         if not path.startswith("/"):
             raise ValueError("path must start with '/'")
@@ -393,6 +365,8 @@ class ProcessorClient:
                 retryable = isinstance(exc, _RETRYABLE_TRANSPORT) and not isinstance(
                     exc, requests.exceptions.SSLError
                 )
+                if not idempotent:
+                    retryable = _nothing_sent(exc)
                 if not retryable or attempt >= policy.max_attempts:
                     raise error from exc
                 self._wait(policy.backoff(attempt, self._rng), method, path, attempt, error)
@@ -425,7 +399,8 @@ class ProcessorClient:
                 reset_at=reset_at,
                 retry_after=retry_after,
             )
-            if not api_error.retryable or attempt >= policy.max_attempts:
+            retryable = api_error.retryable and (idempotent or isinstance(api_error, RateLimited))
+            if not retryable or attempt >= policy.max_attempts:
                 raise api_error
             if isinstance(api_error, RateLimited):
                 if reset_at is not None:
@@ -463,7 +438,7 @@ class ProcessorClient:
     def _decode(self, content: bytes, status: int, method: str, path: str, allow_text: bool) -> Any:
         text = content.decode("utf-8", errors="replace")
         try:
-            return jsonlib.loads(text)
+            return json_loads(text)
         except ValueError:
             if allow_text:
                 return self._redact(text)
@@ -500,6 +475,192 @@ class ProcessorClient:
         except (TypeError, ValueError, IndexError):
             return None
         return max(0.0, when.timestamp() - self._clock())
+
+
+class ProcessorClient(ApiClient):
+    """A client of the processor's REST API (retrieve and list), authenticated by a secret key.
+
+    ``sleep``, ``clock`` (Unix time, for ``X-RateLimit-Reset``) and ``rng`` (the jitter) are
+    injectable for tests. A ``session`` passed in is used but not closed by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        environment: Environment | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, hence shareable
+        session: requests.Session | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        key_environment = environment_of_key(api_key)
+        if environment is not None and environment not in ("sandbox", "production"):
+            raise ValueError("environment must be 'sandbox' or 'production'")
+        if key_environment is None and environment is None:
+            raise InvalidApiKey(
+                "the API key has no snd_/prd_ prefix, so sandbox and production cannot be told "
+                "apart; pass environment='sandbox' or environment='production'"
+            )
+        if environment is not None and key_environment not in (None, environment):
+            raise EnvironmentMismatch(
+                f"environment={environment!r} but the API key is a {key_environment} key"
+            )
+        resolved: Environment = environment or key_environment or "sandbox"
+        super().__init__(
+            base_url,
+            api_key,
+            environment=resolved,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retry=retry,
+            session=session,
+            sleep=sleep,
+            clock=clock,
+            rng=rng,
+        )
+
+    def _key_hint(self) -> str:
+        return f"{self._api_key[:4]}***"  # the prefix only (snd_/prd_): it names the environment
+
+    # -- resources ----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health``: the JSON object answered, or ``{"message": <text>}`` for plain text."""
+        body = self.request("GET", "/health", allow_text=True)
+        if isinstance(body, dict):
+            return body
+        return {"message": safe_excerpt(str(body))}
+
+    def get_payment(self, payment_id: str) -> dict[str, Any]:
+        """``GET /payments/{payment_id}``."""
+        return self._get_object("/payments", payment_id, "payment_id")
+
+    def get_refund(self, refund_id: str) -> dict[str, Any]:
+        """``GET /refunds/{refund_id}``."""
+        return self._get_object("/refunds", refund_id, "refund_id")
+
+    def get_payout(self, payout_id: str) -> dict[str, Any]:
+        """``GET /payouts/{payout_id}``."""
+        return self._get_object("/payouts", payout_id, "payout_id")
+
+    def get_dispute(self, dispute_id: str) -> dict[str, Any]:
+        """``GET /disputes/{dispute_id}``."""
+        return self._get_object("/disputes", dispute_id, "dispute_id")
+
+    def iter_payments(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        dialect: PaymentsDialect = "hyperswitch",
+        page_size: int = 100,
+        on_stuck: OnStuck = "raise",
+        max_requests: int | None = None,
+    ) -> Pager:
+        """Payments created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`.
+
+        ``max_requests``: the list calls this window may cost (``None``: 10,000).
+        """
+        return payments_pager(
+            self.request,
+            start,
+            end,
+            dialect=dialect,
+            page_size=page_size,
+            on_stuck=on_stuck,
+            max_requests=max_requests,
+        )
+
+    def iter_refunds(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        dialect: RefundsDialect = "hyperswitch",
+        page_size: int = 100,
+        on_stuck: OnStuck = "raise",
+        max_requests: int | None = None,
+    ) -> Pager:
+        """Refunds created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`.
+
+        ``dialect="hyperswitch"`` filters by ``start_time``/``end_time``, ``"seed"`` by the
+        seed's ``created_gte``/``created_lte``.
+        """
+        return refunds_pager(
+            self.request,
+            start,
+            end,
+            dialect=dialect,
+            page_size=page_size,
+            on_stuck=on_stuck,
+            max_requests=max_requests,
+        )
+
+    def iter_payouts(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        dialect: PayoutsDialect = "get",
+        page_size: int | None = None,
+        on_stuck: OnStuck = "raise",
+        max_requests: int | None = None,
+    ) -> Pager:
+        """Payouts created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`."""
+        return payouts_pager(
+            self.request,
+            start,
+            end,
+            dialect=dialect,
+            page_size=page_size,
+            on_stuck=on_stuck,
+            max_requests=max_requests,
+        )
+
+    def iter_disputes(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        page_size: int = 100,
+        on_stuck: OnStuck = "raise",
+        max_requests: int | None = None,
+    ) -> Pager:
+        """Disputes created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`."""
+        return disputes_pager(
+            self.request,
+            start,
+            end,
+            page_size=page_size,
+            on_stuck=on_stuck,
+            max_requests=max_requests,
+        )
+
+    def get_mandate(self, mandate_id: str) -> dict[str, Any]:
+        """``GET /mandates/{mandate_id}`` (``MandateResponse``)."""
+        return self._get_object("/mandates", mandate_id, "mandate_id")
+
+    def get_object(self, kind: ObjectKind, object_id: str) -> dict[str, Any]:
+        """Retrieve one object by kind (``payment``, ``refund``, ``dispute``, ``payout``,
+        ``mandate``) and id, as the ``get_*`` methods do."""
+        collection = OBJECT_KINDS.get(kind) if isinstance(kind, str) else None
+        if collection is None:
+            raise ValueError(f"kind must be one of {', '.join(OBJECT_KINDS)}")
+        return self._get_object(collection, object_id, "object_id")
+
+    def _get_object(
+        self, collection: str, object_id: str, name: str = "object_id"
+    ) -> dict[str, Any]:
+        path = f"{collection}/{path_segment(object_id, name)}"
+        body = self.request("GET", path)
+        if not isinstance(body, dict):
+            raise ApiError("expected a JSON object", status=200, method="GET", path=path)
+        return body
 
 
 def _number(value: str | None) -> float | None:

@@ -22,19 +22,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from receiver import objects, transitions
 from receiver import status as statuses
 from receiver.clock import as_utc
 from receiver.transitions import State
-from reconcile.errors import escape_id
+from reconcile.errors import MAX_ID_LENGTH, escape_id, id_defect
 
 Verdict = Literal["in_sync", "missed", "no_event", "local_ahead", "unknown_status"]
 DatedBy = Literal["modified", "observed"]
-
-#: Longest object id a database column of the inbox holds.
-MAX_ID_LENGTH: Final = 255
 
 
 #: Where each kind keeps its id, status, stage and times (shared with ``observe``).
@@ -96,19 +93,10 @@ class Finding:
 
 def clean_text(value: object, limit: int = MAX_ID_LENGTH) -> str | None:
     """Why ``value`` cannot be stored as an id or a status, or ``None`` when it can."""
-    if not isinstance(value, str):
-        return f"is {'missing' if value is None else 'not a string'}"
-    if not value.strip():
-        return "is empty"
-    if len(value) > limit:
+    defect = id_defect(value)
+    if defect is None and isinstance(value, str) and len(value) > limit:
         return f"is longer than {limit} characters"
-    if "\x00" in value:
-        return "contains a NUL character"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains an unpaired surrogate"
-    return None
+    return defect
 
 
 def read_remote(kind: str, obj: object) -> Remote | BadRow:

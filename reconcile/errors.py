@@ -21,17 +21,19 @@ Everything here derives from :class:`ProcessorError`, itself a
 
 Texts and reprs never contain the API key: the client redacts it from anything the processor
 sends back before building an error, and bodies are only ever quoted as a short, cleaned excerpt.
+Remote ids (foreign text) never appear raw in a message: :func:`escape_id` renders one printable
+and bounded, for reports.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from receiver.errors import ConfigurationError, HookledgerError
+from reconcile.jsondecode import loads as json_loads
 
 __all__ = [
     "AdoptionInProgress",
@@ -49,11 +51,17 @@ __all__ = [
     "TransportError",
     "api_error_from_response",
     "escape_id",
+    "id_defect",
+    "json_type",
     "safe_excerpt",
 ]
 
 #: Longest excerpt of a foreign text (error message, HTML page) kept in an exception.
 EXCERPT_LIMIT = 200
+#: Default longest rendering of a foreign id by :func:`escape_id`.
+ID_LIMIT = 80
+#: Longest id :func:`id_defect` accepts (Hyperswitch's own ids are at most 64 characters).
+MAX_ID_LENGTH = 255
 
 
 class ProcessorError(HookledgerError):
@@ -236,20 +244,99 @@ def safe_excerpt(text: str, limit: int = EXCERPT_LIMIT) -> str:
     return text
 
 
-def escape_id(value: object, limit: int = 80) -> str:
-    """A foreign id made safe to print: NUL, control characters, unpaired surrogates and
-    other non-printables escaped (``\\x00``, ``\\ud800``), at most ``limit`` characters."""
-    text = value if isinstance(value, str) else repr(value)
-    out = []
+def escape_id(value: object, limit: int = ID_LIMIT) -> str:
+    """A printable, bounded rendering of a foreign id (or any JSON scalar), for reports.
+
+    Printable characters are kept, ``\\`` is doubled, and NUL, control characters, lone
+    surrogates and every other non-printable character are escaped (``\\x00``, ``\\x1b``,
+    ``\\ud800``, ``\\u200b``, ``\\U000e0001``), so the result is one line that always encodes to
+    UTF-8 and cannot be confused with another id. A rendering longer than ``limit`` characters
+    is cut (never inside an escape) and ends with ``…``. ``None``, booleans, numbers are shown
+    as Python literals (a huge integer by its size only); other values (objects, arrays) only by
+    their type name, as ``<dict>``: their content is never rendered (it may be deep or huge).
+    """
+    if limit < 2:
+        raise ValueError("limit must be at least 2")
+    if isinstance(value, str):
+        text = value
+    elif value is None or isinstance(value, bool | float):
+        text = repr(value)
+    elif isinstance(value, int):
+        # str() of an int over 4300 digits raises; the size says enough about such an "id".
+        text = str(value) if value.bit_length() <= 256 else f"<int of {value.bit_length()} bits>"
+    else:
+        text = f"<{type(value).__name__}>"
+    pieces: list[str] = []
+    size = 0
     for ch in text:
-        if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF:
-            out.append(ch)
-        elif ord(ch) < 0x100:
-            out.append(f"\\x{ord(ch):02x}")
+        if ch == "\\":
+            piece = "\\\\"
+        elif ch.isprintable():
+            piece = ch
         else:
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-    escaped = "".join(out)
-    return escaped if len(escaped) <= limit else escaped[: limit - 1] + "…"
+            code = ord(ch)
+            if code < 0x100:
+                piece = f"\\x{code:02x}"
+            elif code < 0x10000:
+                piece = f"\\u{code:04x}"
+            else:
+                piece = f"\\U{code:08x}"
+        pieces.append(piece)
+        size += len(piece)
+        if size > limit:  # no need to look at the rest of a long text
+            break
+    if size <= limit:
+        return "".join(pieces)
+    kept: list[str] = []
+    size = 0
+    for piece in pieces:
+        if size + len(piece) > limit - 1:
+            break
+        kept.append(piece)
+        size += len(piece)
+    return "".join(kept) + "…"
+
+
+def id_defect(value: object) -> str | None:
+    """Why ``value`` is not a clean id, or ``None`` when it is one.
+
+    A clean id is a string of 1 to :data:`MAX_ID_LENGTH` printable characters, not all blank:
+    no NUL, control character, lone surrogate or other non-printable character. The answer
+    (``"contains NUL"``, ``"is a number, not a string"``, ...) never quotes the value.
+    """
+    if not isinstance(value, str):
+        return f"is {json_type(value)}, not a string"
+    if not value:
+        return "is empty"
+    if len(value) > MAX_ID_LENGTH:
+        return f"is longer than {MAX_ID_LENGTH} characters"
+    if value.isprintable():
+        return None if value.strip() else "is blank"
+    for ch in value:
+        if ch == "\x00":
+            return "contains NUL"
+        if "\ud800" <= ch <= "\udfff":
+            return "contains a lone surrogate"
+        if ch < " " or "\x7f" <= ch <= "\x9f":
+            return "contains a control character"
+    return "contains a non-printable character"
+
+
+def json_type(value: object) -> str:
+    """The JSON type of a decoded value, as a noun phrase (``"an object"``, ``"null"``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
 
 
 def _field(error: dict[str, Any], name: str, redact: Callable[[str], str]) -> str | None:
@@ -281,7 +368,8 @@ def api_error_from_response(
     message: str | None = None
     text = body.decode("utf-8", errors="replace")
     try:
-        document: Any = json.loads(text) if text.strip() else None
+        # The safe decoder: an error body nested 100,000 deep must not raise RecursionError.
+        document: Any = json_loads(text) if text.strip() else None
     except ValueError:
         document = None
     if isinstance(document, dict):

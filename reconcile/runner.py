@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, cast
 
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.models import EventStatus
 from receiver.store import Store
 from receiver.transitions import is_settled
 from receiver.worker import worker_name
-from reconcile.client import ProcessorClient
+from reconcile.client import ObjectKind, ProcessorClient
 from reconcile.diff import Remote
 from reconcile.errors import (
     AdoptionInProgress,
@@ -37,7 +37,7 @@ from reconcile.errors import (
     ProcessorError,
     escape_id,
 )
-from reconcile.paging import Pager
+from reconcile.paging import Pager, RefundsDialect
 from reconcile.prefetch import Prefetch
 from reconcile.recovery import Recovery, RecoveryOptions
 from reconcile.report import SAMPLE, EventsReport, KindReport, Report, SweepReport
@@ -176,6 +176,10 @@ class Reconciler:
     def __repr__(self) -> str:
         return f"Reconciler(client={self.client!r})"
 
+    def _fetch(self, kind: str, object_id: str) -> dict[str, Any]:
+        """Re-read one object by id (``GET /payments/{id}``, ``/refunds/{id}``, ...)."""
+        return self.client.get_object(cast(ObjectKind, kind), object_id)
+
     def check_adopted(self) -> None:
         """Raise :class:`NotAdopted` (or :class:`AdoptionInProgress`) unless this database may
         be reconciled: it has an adoption record, or runs of its own from before adoption
@@ -211,7 +215,7 @@ class Reconciler:
                 self.store,
                 FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock),
                 options=RecoveryOptions(merchant_id=options.merchant_id, dry_run=options.dry_run),
-                fetch=self.client.get_object,
+                fetch=self._fetch,
                 clock=self.clock,
             )
             if self.events is not None and options.events:
@@ -295,7 +299,7 @@ class Reconciler:
                 max_requests=o.max_requests,
             )
         if name == "refunds":
-            dialect = "seed" if o.payments_dialect == "seed" else "hyperswitch"
+            dialect: RefundsDialect = "seed" if o.payments_dialect == "seed" else "hyperswitch"
             return self.client.iter_refunds(
                 start,
                 end,
@@ -392,7 +396,7 @@ class Reconciler:
         for item in due:
             part.requests += 1
             try:
-                fetched.append(self.client.get_object(kind, item.object_id))
+                fetched.append(self._fetch(kind, item.object_id))
             except NotFound:
                 missing.append(item.object_id)
                 part.not_found += 1

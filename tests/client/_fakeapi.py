@@ -14,19 +14,26 @@ that pages by the printed time is caught losing the unread rows of a boundary mi
 * ``GET /payouts/list`` (``{size, data}``, limit <= 100) and ``POST /payouts/list`` (limit <= 20,
   offset, ``{size, data, total_count}``), ``created`` DESC.
 * ``GET /disputes/list``: ``modified_at`` DESC, offset, a bare JSON array.
-* ``GET /{payments,refunds,payouts,disputes}/<id>`` and ``GET /health`` (plain text).
+* ``POST /refunds/list`` also takes the seed's ``created_gte``/``created_lte``/``status``.
+* ``GET /{payments,refunds,payouts,disputes,mandates}/<id>`` and ``GET /health`` (plain text).
+* The admin events API, authenticated by ``ADMIN_KEY``: ``POST /events/<merchant_id>``
+  (``EventListConstraints``, limit <= 100, bounds within 90 days of ``now``, ``created`` DESC,
+  ``{events, total_count}``), ``GET /events/<m>/<event_id>/attempts``, ``POST .../retry``.
 
 ``script`` queues canned ``(status, headers, body, delay)`` answers that are served first, for
-retry tests; ``after_list`` is called after every list answer (to change data between pages).
+retry tests; ``after_list`` is called after every list answer (to change data between pages);
+``misbehave`` makes every list answer lie in the ways of :class:`Misbehaviour`. ``fetch`` calls
+the endpoints in-process (no HTTP), with the signature of :class:`reconcile.paging.Fetch`.
 """
 
 from __future__ import annotations
 
 import json
+import json as _json_module
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,6 +44,8 @@ from werkzeug.wrappers import Request, Response
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Long and distinctive, so a leak is found by a plain substring search.
 API_KEY = "snd_TESTKEY_9f2c4e7a1b8d3f6e0a5c9b2d4f7e1a3c"
+#: The admin key of the events API (no prefix), as distinctive.
+ADMIN_KEY = "ADMINKEY_5e8a1c3f7b9d2e4a6c0f8b1d3e5a7c9f"
 #: The fixed Unix time of the injected clock.
 NOW = 1_700_000_000.0
 
@@ -55,7 +64,8 @@ def to_us(when: datetime) -> int:
 def iso_ms(us: int) -> str:
     """Printed like Hyperswitch: milliseconds (truncated) and ``Z``."""
     when = EPOCH + timedelta(microseconds=us)
-    return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{when.microsecond // 1000:03d}Z"
+    # Not strftime: glibc prints year 1 as "1", not "0001".
+    return f"{when.isoformat(timespec='milliseconds')[:-6]}Z"
 
 
 @dataclass
@@ -72,6 +82,25 @@ class Scripted:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | str | dict[str, Any] = b""
     delay: float = 0.0
+
+
+@dataclass
+class Misbehaviour:
+    """Ways a list endpoint can lie (all off: an honest server)."""
+
+    #: Ignore every time filter (return rows of any creation time).
+    ignore_time: bool = False
+    #: Ignore the offset (every page starts at the first row).
+    ignore_offset: bool = False
+    #: Answer every list call with the first answer of that endpoint.
+    repeat_first: bool = False
+    #: Rewrite ``total_count`` (given the true one).
+    total: Callable[[int], int] | None = None
+    #: Force ``has_more`` where the answer has it.
+    has_more: bool | None = None
+    #: Rows appended to every answer's rows, given (path, the request's (low, high) creation
+    #: bounds in microseconds, ``None`` where absent, the rows served).
+    extra_rows: Callable[[str, tuple[int | None, int | None], list[Any]], list[Any]] | None = None
 
 
 @dataclass
@@ -95,6 +124,35 @@ KINDS = {
     "refunds": ("refund_id", "created_at", "updated_at"),
     "payouts": ("payout_id", "created", "modified_at"),
     "disputes": ("dispute_id", "created_at", "modified_at"),
+    "mandates": ("mandate_id", "created", "modified_at"),
+}
+#: The time filters of every list (what ``Misbehaviour.ignore_time`` drops).
+TIME_FILTERS = frozenset(
+    {
+        "created",
+        "created.gte",
+        "created.gt",
+        "created.lte",
+        "created.lt",
+        "created_gte",
+        "created_lte",
+        "start_time",
+        "end_time",
+        "created_after",
+        "created_before",
+    }
+)
+EVENTS_BODY = {
+    "created_after",
+    "created_before",
+    "limit",
+    "offset",
+    "object_id",
+    "event_id",
+    "profile_id",
+    "event_classes",
+    "event_types",
+    "is_delivered",
 }
 
 GET_PAYMENTS_PARAMS = {
@@ -131,6 +189,10 @@ REFUNDS_BODY = {
     "merchant_connector_id",
     "currency",
     "refund_status",
+    # the seed's form (processor-interface.md)
+    "created_gte",
+    "created_lte",
+    "status",
 }
 GET_PAYOUTS_PARAMS = {
     "customer_id",
@@ -228,8 +290,16 @@ class FakeProcessor:
         self.scripts: deque[Scripted] = deque()
         self.seen: list[Seen] = []
         self.after_list: Callable[[FakeProcessor, str, list[Obj]], None] | None = None
+        self.misbehave = Misbehaviour()
         self.base_url = ""
         self.echo_key_in_errors = False
+        self.admin_key = ADMIN_KEY
+        #: The events API's "now" (its 90-day limit is counted from it).
+        self.now = datetime.now(UTC)
+        self.events: dict[str, Obj] = {}
+        self.attempts: dict[str, list[dict[str, Any]]] = {}
+        self.retried: list[str] = []
+        self._first: dict[tuple[str, str], Any] = {}
 
     # -- data --------------------------------------------------------------------------------
 
@@ -249,6 +319,15 @@ class FakeProcessor:
             self.add(kind, obj_id, first + i * step)
             ids.append(obj_id)
         return ids
+
+    def add_event(
+        self, event_id: str, created: datetime | int, *, delivered: bool = False, **extra: Any
+    ) -> Obj:
+        created_us = created if isinstance(created, int) else to_us(created)
+        obj = Obj(event_id, created_us, created_us, {"is_delivery_successful": delivered, **extra})
+        with self.lock:
+            self.events[event_id] = obj
+        return obj
 
     def touch(self, kind: str, obj_id: str) -> None:
         """Modify an object now: it jumps to the front of modification-ordered lists."""
@@ -325,6 +404,10 @@ class FakeProcessor:
         limit, offset = _limit(body.get("limit"), 100), _offset(body.get("offset"))
         low = _parse_time(body["start_time"], "start_time") if "start_time" in body else None
         high = _parse_time(body["end_time"], "end_time") if "end_time" in body else None
+        if "created_gte" in body:
+            low = _parse_time(body["created_gte"], "created_gte")
+        if "created_lte" in body:
+            high = _parse_time(body["created_lte"], "created_lte")
         matching = self._window("refunds", low, high, by_modified=True)
         rows = matching[offset : offset + limit]
         return {
@@ -364,6 +447,123 @@ class FakeProcessor:
         rows = self._window("disputes", low, high, by_modified=True)[offset : offset + limit]
         return [self._render("disputes", o) for o in rows], rows
 
+    def _render_event(self, obj: Obj) -> dict[str, Any]:
+        return {
+            "event_id": obj.id,
+            "merchant_id": "merchant_fake",
+            "profile_id": "pro_fake",
+            "object_id": obj.extra.get("object_id", "pay_fake"),
+            "event_type": "payment_succeeded",
+            "event_class": "payments",
+            "initial_attempt_id": obj.id,
+            "created": iso_ms(obj.created_us),
+            **obj.extra,
+        }
+
+    def _list_events(self, body: dict[str, Any]) -> tuple[Any, list[Obj]]:
+        _deny_unknown(body, EVENTS_BODY)
+        limit = body.get("limit")
+        if isinstance(limit, int) and limit > 100:
+            raise BadRequest("`limit` must be a number less than 100", "IR_06")
+        limit = 100 if limit is None else int(limit)
+        offset = _offset(body.get("offset"))
+        begin = datetime.combine(
+            (self.now - timedelta(days=90)).date(), datetime.min.time(), tzinfo=UTC
+        )
+        bounds = {}
+        for name in ("created_after", "created_before"):
+            if name in body:
+                when = _parse_time(body[name], name)
+                if when < to_us(begin):
+                    raise BadRequest(f"`{name}` must be a timestamp within the past 90 days.")
+                bounds[name] = when
+        low, high = bounds.get("created_after"), bounds.get("created_before")
+        if low is not None and high is not None and low > high:
+            raise BadRequest("The `created_after` timestamp must be an earlier timestamp")
+        delivered = body.get("is_delivered")
+        matching = [
+            o
+            for o in self.events.values()
+            if (low is None or o.created_us >= low)
+            and (high is None or o.created_us <= high)
+            and (delivered is None or o.extra.get("is_delivery_successful") == delivered)
+        ]
+        matching.sort(key=lambda o: (o.created_us, o.id), reverse=True)
+        rows = matching[offset : offset + limit]
+        return {
+            "events": [self._render_event(o) for o in rows],
+            "total_count": len(matching),
+        }, rows
+
+    def _attempt(self, event_id: str, kind: str) -> dict[str, Any]:
+        return {
+            **self._render_event(self.events[event_id]),
+            "delivery_attempt": kind,
+            "request": {"body": "{}", "headers": []},
+            "response": {"status_code": 200, "body": "ok", "headers": []},
+        }
+
+    # -- the lies ------------------------------------------------------------------------------
+
+    def _lie_in(self, query: dict[str, Any]) -> dict[str, Any]:
+        lies = self.misbehave
+        drop = (TIME_FILTERS if lies.ignore_time else set()) | (
+            {"offset"} if lies.ignore_offset else set()
+        )
+        return {k: v for k, v in query.items() if k not in drop}
+
+    @staticmethod
+    def bounds_of(query: dict[str, Any]) -> tuple[int | None, int | None]:
+        """The (low, high) creation bounds of a list request, in microseconds."""
+        low = high = None
+        for name in ("created.gte", "created_gte", "start_time", "created_after"):
+            if name in query:
+                low = _parse_time(query[name], name)
+        for name in ("created.lte", "created_lte", "end_time", "created_before"):
+            if name in query:
+                high = _parse_time(query[name], name)
+        return low, high
+
+    def _lie_out(
+        self, method: str, path: str, document: Any, bounds: tuple[int | None, int | None]
+    ) -> Any:
+        lies = self.misbehave
+        if lies.repeat_first:
+            document = self._first.setdefault((method, path), document)
+        document = json.loads(json.dumps(document))  # a copy to lie in
+        if isinstance(document, dict):
+            if lies.total is not None and "total_count" in document:
+                document["total_count"] = lies.total(document["total_count"])
+            if lies.has_more is not None and "has_more" in document:
+                document["has_more"] = lies.has_more
+        if lies.extra_rows is not None:
+            rows = document if isinstance(document, list) else None
+            if isinstance(document, dict):
+                rows = document.get("data", document.get("events"))
+            if isinstance(rows, list):
+                rows.extend(lies.extra_rows(path, bounds, list(rows)))
+        return document
+
+    # -- in-process calls -----------------------------------------------------------------------
+
+    def fetch(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Call an endpoint without HTTP (the client's ``request`` signature); a 4xx raises."""
+        query = {k: str(v) for k, v in (params or {}).items()}
+        body = _json_module.loads(_json_module.dumps(json)) if json is not None else None
+        with self.lock:
+            self.seen.append(Seen(method, path, path, {k: [v] for k, v in query.items()}, body, {}))
+        status, document = self._handle(method, path, query, body)
+        if status >= 400:
+            raise FakeError(status, document)
+        return document
+
     # -- WSGI ----------------------------------------------------------------------------------
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
@@ -396,45 +596,81 @@ class FakeProcessor:
             if isinstance(payload, dict):
                 payload = json.dumps(payload)
             return Response(payload, status=scripted.status, headers=scripted.headers)
-        if request.headers.get("api-key") != self.api_key:
+        key = request.headers.get("api-key")
+        admin = request.path.startswith("/events/")
+        if key != (self.admin_key if admin else self.api_key):
             message = "API key not provided or invalid API key used"
             if self.echo_key_in_errors:
-                message += f": {request.headers.get('api-key')}"
+                message += f": {key}"
             return _error(401, "authentication_error", "AU_01", message)
+        query = {k: request.args[k] for k in request.args}
+        status, document = self._handle(request.method, request.path, query, body)
+        if isinstance(document, str):
+            return Response(document, status=status, content_type="text/plain")
+        return _json(status, document)
+
+    def _handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        """(status, JSON document or text) of one call; errors as the error document."""
         try:
-            return self._route(request, body)
+            return 200, self._route(method, path, query, body)
         except BadRequest as exc:
             status = 404 if exc.code == "IR_05" else 400
-            return _error(status, "invalid_request", exc.code, str(exc))
+            return status, error_body("invalid_request", exc.code, str(exc))
 
-    def _route(self, request: Request, body: Any) -> Response:
-        method, path = request.method, request.path
-        query = {k: request.args[k] for k in request.args}
+    def _route(self, method: str, path: str, query: dict[str, str], body: Any) -> Any:
         if method == "GET" and path == "/health":
-            return Response("health is good", content_type="text/plain")
-        lists: dict[tuple[str, str], Callable[[], tuple[Any, list[Obj]]]] = {
-            ("GET", "/payments/list"): lambda: self._get_payments(query),
-            ("POST", "/payments/list"): lambda: self._seed_payments(_object(body)),
-            ("POST", "/refunds/list"): lambda: self._refunds(_object(body)),
-            ("GET", "/payouts/list"): lambda: self._get_payouts(query),
-            ("POST", "/payouts/list"): lambda: self._post_payouts(_object(body)),
-            ("GET", "/disputes/list"): lambda: self._disputes(query),
+            return "health is good"
+        lists: dict[tuple[str, str], Callable[[dict[str, Any]], tuple[Any, list[Obj]]]] = {
+            ("GET", "/payments/list"): self._get_payments,
+            ("POST", "/payments/list"): self._seed_payments,
+            ("POST", "/refunds/list"): self._refunds,
+            ("GET", "/payouts/list"): self._get_payouts,
+            ("POST", "/payouts/list"): self._post_payouts,
+            ("GET", "/disputes/list"): self._disputes,
         }
+        parts = path.strip("/").split("/")
         handler = lists.get((method, path))
+        if handler is None and method == "POST" and len(parts) == 2 and parts[0] == "events":
+            handler = self._list_events
         if handler is not None:
+            given = query if method == "GET" else _object(body)
             with self.lock:
-                document, rows = handler()
+                document, rows = handler(self._lie_in(given))
+                document = self._lie_out(method, path, document, self.bounds_of(given))
             if self.after_list is not None:
                 self.after_list(self, path, rows)
-            return _json(200, document)
-        parts = path.strip("/").split("/")
+            return document
+        if len(parts) == 4 and parts[0] == "events":
+            event_id = parts[2]
+            with self.lock:
+                if event_id not in self.events:
+                    raise BadRequest("Event not found", "IR_05")
+                if method == "GET" and parts[3] == "attempts":
+                    return self.attempts.get(event_id) or [
+                        self._attempt(event_id, "initial_attempt")
+                    ]
+                if method == "POST" and parts[3] == "retry":
+                    self.retried.append(event_id)
+                    attempt = self._attempt(event_id, "manual_retry")
+                    self.attempts.setdefault(event_id, [self._attempt(event_id, "initial_attempt")])
+                    self.attempts[event_id].append(attempt)
+                    return attempt
         if method == "GET" and len(parts) == 2 and parts[0] in KINDS:
             with self.lock:
                 obj = self.objects[parts[0]].get(parts[1])
                 if obj is None:
                     raise BadRequest(f"{parts[0][:-1].capitalize()} does not exist", "IR_05")
-                return _json(200, self._render(parts[0], obj))
+                return self._render(parts[0], obj)
         raise BadRequest("Unrecognized request URL", "IR_02")
+
+
+class FakeError(Exception):
+    """An error answer of :meth:`FakeProcessor.fetch` (status and error document)."""
+
+    def __init__(self, status: int, document: Any) -> None:
+        super().__init__(f"HTTP {status}: {document}")
+        self.status = status
+        self.document = document
 
 
 def _object(body: Any) -> dict[str, Any]:

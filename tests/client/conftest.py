@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from _fakeapi import API_KEY, NOW, FakeProcessor, Sleeps, start, stop
+from _fakeapi import ADMIN_KEY, API_KEY, NOW, FakeProcessor, Sleeps, start, stop
 
 from reconcile.client import ProcessorClient, RetryPolicy
+from reconcile.events_client import EventsClient
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeProcessor]:
     running = start(API_KEY)
+    running.fake.now = datetime.fromtimestamp(NOW, UTC)  # the injected clock's "now"
     try:
         yield running.fake
     finally:
@@ -55,3 +58,35 @@ def make_client(fake: FakeProcessor, sleeps: Sleeps) -> Iterator[Callable[..., P
 @pytest.fixture
 def client(make_client: Callable[..., ProcessorClient]) -> ProcessorClient:
     return make_client()
+
+
+@pytest.fixture
+def make_events(fake: FakeProcessor, sleeps: Sleeps) -> Iterator[Callable[..., EventsClient]]:
+    """Build admin events clients against the fake, like ``make_client``."""
+    clients: list[EventsClient] = []
+
+    def factory(**overrides: Any) -> EventsClient:
+        options: dict[str, Any] = {
+            "environment": "sandbox",
+            "retry": RetryPolicy(),
+            "sleep": sleeps,
+            "clock": lambda: NOW,
+            "rng": random.Random(1234),
+            "connect_timeout": 2.0,
+            "read_timeout": 5.0,
+        }
+        options.update(overrides)
+        base_url = options.pop("base_url", fake.base_url)
+        admin_key = options.pop("admin_api_key", ADMIN_KEY)
+        client = EventsClient(base_url, admin_key, **options)
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def events(make_events: Callable[..., EventsClient]) -> EventsClient:
+    return make_events()

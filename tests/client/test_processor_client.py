@@ -69,6 +69,37 @@ def test_retrieves_each_kind_and_quotes_ids(fake: FakeProcessor, client: Process
         client.get_payment("")
 
 
+def test_mandates_and_get_object(fake: FakeProcessor, client: ProcessorClient) -> None:
+    fake.add("mandates", "man_1", 1_000_000, status="active")
+    assert client.get_mandate("man_1")["mandate_id"] == "man_1"
+    assert fake.seen[-1].raw_uri == "/mandates/man_1"
+    for kind, obj_id, field in [
+        ("payment", "pay_1", "payment_id"),
+        ("refund", "ref_1", "refund_id"),
+        ("payout", "po_1", "payout_id"),
+        ("dispute", "dp_1", "dispute_id"),
+        ("mandate", "man_1", "mandate_id"),
+    ]:
+        fake.add(f"{kind}s", obj_id, 1_000_000)
+        assert client.get_object(kind, obj_id)[field] == obj_id  # type: ignore[arg-type]
+        assert fake.seen[-1].raw_uri == f"/{kind}s/{obj_id}"
+    with pytest.raises(NotFound):
+        client.get_object("mandate", "man_missing")
+    with pytest.raises(ValueError, match="kind must be one of payment, refund"):
+        client.get_object("customer", "cus_1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["", " ", ".", "..", "pay\x00", "pay\ud800", "p" * 256, 12])
+def test_unclean_ids_are_refused_before_sending_and_not_quoted(
+    fake: FakeProcessor, client: ProcessorClient, bad: Any
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        client.get_object("payment", bad)
+    if isinstance(bad, str) and bad.strip(". "):
+        assert bad not in str(caught.value)
+    assert fake.seen == []
+
+
 def test_health_accepts_plain_text(client: ProcessorClient) -> None:
     assert client.health() == {"message": "health is good"}
 

@@ -289,6 +289,25 @@ def test_refunds_too_crowded_to_page_are_raised_or_reported(
     ]
 
 
+@pytest.mark.parametrize(
+    ("dialect", "names"),
+    [("hyperswitch", ("start_time", "end_time")), ("seed", ("created_gte", "created_lte"))],
+)
+def test_refunds_dialects_send_their_own_filter_names(
+    fake: FakeProcessor, client: ProcessorClient, dialect: Any, names: tuple[str, str]
+) -> None:
+    expected = fake.add_many("refunds", "ref_", 130, T0, timedelta(seconds=7))
+    fake.add("refunds", "ref_outside", END + timedelta(seconds=1))
+    pager = client.iter_refunds(START, END, dialect=dialect)
+    _once(list(pager), "refund_id", expected)
+    sent = fake.list_requests("/refunds/list")
+    assert sent and all(set(r.body) == {"limit", "offset", *names} for r in sent)
+    assert sent[0].body[names[0]] == "2024-05-01T11:00:00.000Z"
+    assert sent[0].body[names[1]] == "2024-05-01T14:00:00.000Z"
+    with pytest.raises(ValueError):
+        client.iter_refunds(START, END, dialect="graphql")  # type: ignore[arg-type]
+
+
 # -- payouts ---------------------------------------------------------------------------------------
 
 
