@@ -297,7 +297,7 @@ class Adopter:
                     self._save(name, cutover, start, start, finished=True, counts=part.as_dict())
         if report.finished and not options.dry_run:
             for name in options.kinds:
-                self.store.set_watermark(name, cutover)
+                self.store.set_watermark(KIND_NAMES[name], cutover)
             self.store.set_watermark(EVENTS, cutover)
             log.info("adoption finished", extra={"action": "adopt", "cutover": str(cutover)})
         return report

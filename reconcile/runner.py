@@ -332,7 +332,7 @@ class Reconciler:
         recovery: Recovery,
     ) -> None:
         kind = KIND_NAMES[name]
-        window = self._window(name, options, now)
+        window = self._window(kind, options, now)
         part = KindReport(window=window)
         report.kinds[name] = part
         pager = self._pager(name, window, options)
@@ -368,7 +368,7 @@ class Reconciler:
         if not part.remote_errors:
             part.local_only, part.local_only_sample = self.store.local_only(run_id, kind, *window)
         if not options.dry_run and not part.failures and options.mode != "window":
-            self.store.set_watermark(name, window[1])
+            self.store.set_watermark(kind, window[1])
 
     # -- sweep -------------------------------------------------------------------------------
 

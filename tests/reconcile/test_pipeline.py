@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from receiver import WebhookReceiver
 from receiver.models import InboxEvent, Source
+from receiver.transitions import State, make_state
 from reconcile import runner
 from reconcile.errors import TransportError
 from reconcile.models import SeenBatch
@@ -29,9 +30,14 @@ pytestmark = pytest.mark.storage
 E: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
 S: sa.Table = SeenBatch.__table__  # type: ignore[attr-defined]
 START = datetime(2026, 3, 1, tzinfo=UTC)
+SUCCEEDED = make_state("payment", "succeeded")
 END = START + timedelta(hours=1)
 WINDOW = ReconcileOptions(
-    kinds=["payments"], mode="window", since=START - timedelta(minutes=1), until=END
+    kinds=["payments"],
+    mode="window",
+    since=START - timedelta(minutes=1),
+    until=END,
+    sweep_budget=0,
 )
 N = 250
 STATUSES = ["succeeded", "failed", "cancelled", "requires_capture", "processing"]
@@ -53,9 +59,8 @@ def server() -> Iterator[SandboxServer]:
 
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of 100 (three for the N objects) and a batch of recovered events up to 150."""
+    """Chunks of 100 (three for the N objects)."""
     monkeypatch.setattr(runner, "CHUNK", 100)
-    monkeypatch.setattr(runner, "RECOVER_BATCH", 150)
 
 
 def _recovered_events(reconciler: Reconciler) -> set[str]:
@@ -74,7 +79,7 @@ def _threads_left() -> list[str]:
 
 
 @pytest.mark.usefixtures("small_chunks")
-def test_recovered_events_are_inserted_in_batches_over_chunks(
+def test_recovered_events_are_inserted_one_batch_per_chunk(
     make_app: AppFactory, server: SandboxServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app, _ = _app(make_app)
@@ -82,15 +87,15 @@ def test_recovered_events_are_inserted_in_batches_over_chunks(
     batches: list[int] = []
     insert = reconciler.inbox.insert_synthesised
 
-    def spy(events: Any) -> dict[str, str]:
+    def spy(events: Any, **kw: Any) -> dict[str, str]:
         batches.append(len(events))
-        return insert(events)
+        return insert(events, **kw)
 
     monkeypatch.setattr(reconciler.inbox, "insert_synthesised", spy)
     report = reconciler.run(WINDOW)
     kind = report.kinds["payments"]
     assert (kind.checked, kind.recovered, report.unresolved) == (N, RECOVERED, 0)
-    assert batches == [200, 50]  # two chunks gathered past 150, then the rest at the end
+    assert batches == [100, 100, 50]  # one transaction per chunk
     assert len(_recovered_events(reconciler)) == N
     assert _seen_rows(reconciler) == 0  # the run's marks are gone with it
     assert _threads_left() == []
@@ -105,8 +110,8 @@ def test_a_database_failure_mid_run_loses_nothing(
     monkeypatch: pytest.MonkeyPatch,
     fail_in: str,
 ) -> None:
-    """The run fails (its chunks' seen marks may be committed, its gathered events are not);
-    the next run finds the same transitions missing and recovers all of them."""
+    """The run fails (its first chunk was diffed and recovered, the second not); the next run
+    finds the first chunk's events queued and recovers the rest."""
     app, _ = _app(make_app)
     reconciler = _reconciler(app, server)
     calls = Counter[str]()
@@ -122,30 +127,30 @@ def test_a_database_failure_mid_run_loses_nothing(
 
         monkeypatch.setattr(reconciler.store, "observe", observe)
     else:
-        # The first batch (100 events) is inserted, the second one fails.
-        monkeypatch.setattr(runner, "RECOVER_BATCH", 100)
+        # The first chunk's events (100) are inserted, the second chunk's insert fails.
         real_insert = reconciler.inbox.insert_synthesised
 
-        def insert(events: Any) -> dict[str, str]:
+        def insert(events: Any, **kw: Any) -> dict[str, str]:
             calls["insert"] += 1
             if calls["insert"] == 2:
                 raise sa.exc.OperationalError("INSERT", {}, Exception("cut"))
-            return real_insert(events)
+            return real_insert(events, **kw)
 
         monkeypatch.setattr(reconciler.inbox, "insert_synthesised", insert)
     with pytest.raises(sa.exc.OperationalError):
         reconciler.run(WINDOW)
     assert _threads_left() == []  # the read-ahead thread was stopped
     assert ReconcileStore(reconciler.inbox.engine).runs(1)[0].status == "failed"
-    assert len(_recovered_events(reconciler)) == (0 if fail_in == "observe" else 100)
+    # The first chunk's events were inserted before the failure (a chunk is one transaction).
+    assert len(_recovered_events(reconciler)) == 100
     monkeypatch.undo()
 
     again = reconciler.run(WINDOW)
     kind = again.kinds["payments"]
     assert (kind.checked, again.unresolved, again.status) == (N, 0, "ok")
     # What the failed run had inserted is queued already; the rest is recovered now.
-    queued = 0 if fail_in == "observe" else 100
-    assert kind.already_queued == queued
+    queued = 100
+    assert kind.queued == queued
     assert sum(kind.recovered.values()) == N - queued
     assert len(_recovered_events(reconciler)) == N
     assert _seen_rows(reconciler) == 0  # both runs' marks are gone
@@ -195,7 +200,7 @@ def test_a_listing_failure_still_diffs_and_recovers_what_was_listed(
     assert len(_recovered_events(reconciler)) == 200
     assert kind.pages >= 3
     assert kind.local_only == 0  # not checked after a listing failure
-    assert report.status == "unresolved"
+    assert report.status == "incomplete"  # the processor could not be read to the end
     assert ReconcileStore(reconciler.inbox.engine).watermark("payment") is None
     assert _threads_left() == []
     reconciler.client.close()
@@ -214,17 +219,27 @@ def test_observe_marks_seen_and_reads_the_projection(make_app: AppFactory) -> No
     run_id = store.start_run("window", "test")
     assert store.observe(run_id, "payment", []) == {}
     # Only what is out of step comes back: pay_a is not projected, pay_b is in step.
-    listed: list[tuple[str, str | None]] = [("pay_a", "succeeded"), ("pay_b", "succeeded")]
+    listed: list[tuple[str, State | None]] = [("pay_a", SUCCEEDED), ("pay_b", SUCCEEDED)]
     assert store.observe(run_id, "payment", listed) == {"pay_a": None}
     # pay_b again (seen twice is fine), with another remote status; pay_c with none.
-    listed = [("pay_b", "failed"), ("pay_c", None)]
-    assert store.observe(run_id, "payment", listed) == {"pay_b": "succeeded"}
+    listed = [("pay_b", make_state("payment", "failed")), ("pay_c", None)]
+    differing = store.observe(run_id, "payment", listed)
+    assert set(differing) == {"pay_b"}
+    local = differing["pay_b"]
+    assert local is not None and local.state == SUCCEEDED and local.event_pk > 0
     odd = ["pay_'quoted\"\\", "pay_é", "pay_\u2028"]
-    assert store.observe(run_id, "payment", [(i, "succeeded") for i in odd]) == dict.fromkeys(odd)
+    assert store.observe(run_id, "payment", [(i, SUCCEEDED) for i in odd]) == dict.fromkeys(odd)
+    # Disputes are compared on their stage too.
+    client.send("dispute_won", object_id="dp_1", dispute_stage="dispute")
+    client.drain()
+    reopened = make_state("dispute", "dispute_won", "pre_arbitration")
+    assert set(store.observe(run_id, "dispute", [("dp_1", reopened)])) == {"dp_1"}
+    same = make_state("dispute", "dispute_won", "dispute")
+    assert store.observe(run_id, "dispute", [("dp_1", same)]) == {}
     # pay_z is known locally and was not seen; pay_b was (twice).
     assert store.local_only(run_id, "payment", START, END) == (1, ["pay_z"])
     with engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(S)).scalar_one() == 3
+        assert conn.execute(sa.select(sa.func.count()).select_from(S)).scalar_one() == 5
     assert store.local_only(run_id, "refund", START, END) == (0, [])
     store.finish_run(run_id, "ok", {})
     assert store.local_only(run_id, "payment", START, END) == (2, ["pay_b", "pay_z"])

@@ -77,7 +77,9 @@ def _app(make_app: AppFactory) -> tuple[Flask, Recorder]:
         recorder.calls[(event.event_type, ref.object_id if ref else "")] += 1
 
     app, _ = make_app(hooks)
-    db.upgrade(WebhookReceiver.state(app).store.engine, tree=RECONCILE_MIGRATIONS)
+    store = WebhookReceiver.state(app).store
+    db.upgrade(store.engine, tree=RECONCILE_MIGRATIONS)
+    store.set_cutover("new_account", None)  # a fresh sandbox: nothing before hookledger
     return app, recorder
 
 
