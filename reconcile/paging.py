@@ -266,13 +266,14 @@ def _time_span(value: Any) -> tuple[int, int] | str:
             raise ValueError
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        return f"{escape_id(value, 40)} is not an ISO 8601 timestamp"
+        # The value is foreign text (it may echo anything): it stays out of the reason.
+        return "is not an ISO 8601 timestamp"
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)  # Hyperswitch prints UTC
     ms = (parsed - _EPOCH) // _MS  # aware subtraction: a timedelta, which cannot overflow here
     width = _width_ms(text)
     if ms < _MIN_MS or ms + width > _MAX_MS:
-        return f"{escape_id(value, 40)} is outside the years 1..9999 (UTC)"
+        return "is outside the years 1..9999 (UTC)"
     return ms, ms + width
 
 

@@ -32,7 +32,6 @@ from receiver.models import InboxEvent, Projection
 from reconcile.client import ProcessorClient, RetryPolicy
 from reconcile.runner import KindReport, ReconcileOptions, Reconciler, Report
 from reconcile.sandbox import ApiFaultConfig, SandboxServer
-from reconcile.store import RECONCILE_MIGRATIONS
 from tests.conftest import SECRETS_SPEC
 from tests.reliability._inproc import (
     CARD_OK,
@@ -40,6 +39,7 @@ from tests.reliability._inproc import (
     card_payment,
     extra_database_url,
 )
+from tests.support import reconcile_ready
 
 pytestmark = pytest.mark.storage
 
@@ -134,9 +134,8 @@ class Side:
         WebhookReceiver().init_app(self.app)
         self.state = WebhookReceiver.state(self.app)
         self.engine: sa.Engine = self.state.store.engine
-        from receiver import db
 
-        db.upgrade(self.engine, tree=RECONCILE_MIGRATIONS)
+        reconcile_ready(self.engine)
         self.client = client
         self.reconciler = Reconciler(client, self.state.store)
 

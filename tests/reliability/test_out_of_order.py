@@ -33,14 +33,13 @@ from sqlmodel import Session
 
 from examples.shop.app import create_app
 from examples.shop.models import Order, OrderStatus
-from receiver import WebhookReceiver, db
+from receiver import WebhookReceiver
 from receiver.models import EventStatus, HandlerRun, InboxEvent, Projection
 from receiver.testing import WebhookTestClient
 from reconcile import diff
 from reconcile.client import ProcessorClient
 from reconcile.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import SandboxServer
-from reconcile.store import RECONCILE_MIGRATIONS
 from tests.conftest import SECRETS, SECRETS_SPEC, backend
 from tests.reliability._inproc import (
     CARD_DECLINED,
@@ -49,6 +48,7 @@ from tests.reliability._inproc import (
     card_payment,
     strict_app,
 )
+from tests.support import reconcile_ready
 
 pytestmark = pytest.mark.storage
 
@@ -192,7 +192,7 @@ def shop(database_url: str) -> Iterator[Flask]:
     result = app.test_cli_runner().invoke(args=["init-db"])
     assert result.exit_code == 0, result.output
     engine = WebhookReceiver.state(app).store.engine
-    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    reconcile_ready(engine)
     yield strict_app(app)
     engine.dispose()
 
