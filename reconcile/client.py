@@ -574,6 +574,7 @@ class ProcessorClient(ApiClient):
             page_size=page_size,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=self._redact,
         )
 
     def iter_refunds(
@@ -599,6 +600,7 @@ class ProcessorClient(ApiClient):
             page_size=page_size,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=self._redact,
         )
 
     def iter_payouts(
@@ -620,6 +622,7 @@ class ProcessorClient(ApiClient):
             page_size=page_size,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=self._redact,
         )
 
     def iter_disputes(
@@ -639,6 +642,7 @@ class ProcessorClient(ApiClient):
             page_size=page_size,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=self._redact,
         )
 
     def get_mandate(self, mandate_id: str) -> dict[str, Any]:

@@ -94,7 +94,7 @@ import logging
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, NamedTuple, Protocol
@@ -266,13 +266,14 @@ def _time_span(value: Any) -> tuple[int, int] | str:
             raise ValueError
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        return f"{escape_id(value, 40)} is not an ISO 8601 timestamp"
+        # The value is foreign text (a server may echo anything, even the API key): not quoted.
+        return "is not an ISO 8601 timestamp"
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)  # Hyperswitch prints UTC
     ms = (parsed - _EPOCH) // _MS  # aware subtraction: a timedelta, which cannot overflow here
     width = _width_ms(text)
     if ms < _MIN_MS or ms + width > _MAX_MS:
-        return f"{escape_id(value, 40)} is outside the years 1..9999 (UTC)"
+        return "is outside the years 1..9999 (UTC)"
     return ms, ms + width
 
 
@@ -333,6 +334,7 @@ class Pager(Iterable[dict[str, Any]], ABC):
         max_requests: int | None = None,
         rows_key: str | None = "data",
         unlistable: Iterable[IncompleteWindow] = (),
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         _require_aware(start, "start")
         _require_aware(end, "end")
@@ -362,6 +364,9 @@ class Pager(Iterable[dict[str, Any]], ABC):
         self.on_stuck: OnStuck = on_stuck
         self.max_requests: int = max_requests
         self.rows_key = rows_key
+        #: Applied to a foreign id before it is rendered into a RowProblem (the client removes
+        #: its API key: a server may echo it anywhere).
+        self._redact = redact or (lambda text: text)
         self.pages = 0
         self.requests = 0
         self.incomplete: list[IncompleteWindow] = []
@@ -458,7 +463,7 @@ class Pager(Iterable[dict[str, Any]], ABC):
             return None
         defect = id_defect(raw_id)
         if defect is not None:
-            self._problem("bad_id", escape_id(raw_id), f"{self.id_field!r} {defect}")
+            self._problem("bad_id", self._render_id(raw_id), f"{self.id_field!r} {defect}")
             return None
         why = None
         for name in _TIME_FIELDS:
@@ -469,10 +474,14 @@ class Pager(Iterable[dict[str, Any]], ABC):
                 why = why or f"{name!r} {span}"
         self._problem(
             "bad_created",
-            escape_id(raw_id),
+            self._render_id(raw_id),
             why or f"the row has no {' or '.join(repr(n) for n in _TIME_FIELDS)}",
         )
         return None
+
+    def _render_id(self, raw_id: Any) -> str:
+        """A foreign id as a RowProblem shows it: redacted, escaped, bounded."""
+        return escape_id(self._redact(raw_id) if isinstance(raw_id, str) else raw_id)
 
     def _page(self, rows: list[Any], low: int, high: int) -> _Page:
         """Inspect a response's rows against its request's bounds ``[low, high]``."""
@@ -710,6 +719,7 @@ class TimeSlicePager(Pager):
         on_stuck: OnStuck = "raise",
         dense_limit: int = DENSE_LIMIT,
         max_requests: int | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         super().__init__(
             fetch,
@@ -725,6 +735,7 @@ class TimeSlicePager(Pager):
             on_stuck=on_stuck,
             max_requests=max_requests,
             rows_key=None if bare else "data",
+            redact=redact,
         )
         if dense_limit < page_size:
             raise ValueError("dense_limit must be at least page_size")
@@ -867,6 +878,7 @@ def payments_pager(
     page_size: int = 100,
     on_stuck: OnStuck = "raise",
     max_requests: int | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Payments created in ``[start, end]``.
 
@@ -888,6 +900,7 @@ def payments_pager(
             max_page_size=100,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=redact,
         )
     if dialect == "seed":
         return OffsetPager(
@@ -903,6 +916,7 @@ def payments_pager(
             max_page_size=100,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=redact,
         )
     raise ValueError("dialect must be 'hyperswitch' or 'seed'")
 
@@ -917,6 +931,7 @@ def refunds_pager(
     on_stuck: OnStuck = "raise",
     dense_limit: int = DENSE_LIMIT,
     max_requests: int | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Refunds created in ``[start, end]``: ``POST /refunds/list`` by time slices.
 
@@ -946,6 +961,7 @@ def refunds_pager(
         on_stuck=on_stuck,
         dense_limit=dense_limit,
         max_requests=max_requests,
+        redact=redact,
     )
 
 
@@ -958,6 +974,7 @@ def payouts_pager(
     page_size: int | None = None,
     on_stuck: OnStuck = "raise",
     max_requests: int | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Payouts created in ``[start, end]``.
 
@@ -979,6 +996,7 @@ def payouts_pager(
             max_page_size=100,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=redact,
         )
     if dialect == "post":
         return OffsetPager(
@@ -994,6 +1012,7 @@ def payouts_pager(
             max_page_size=20,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=redact,
         )
     raise ValueError("dialect must be 'get' or 'post'")
 
@@ -1007,6 +1026,7 @@ def disputes_pager(
     on_stuck: OnStuck = "raise",
     dense_limit: int = DENSE_LIMIT,
     max_requests: int | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Disputes created in ``[start, end]``: ``GET /disputes/list`` (bare array) by time slices."""
     return TimeSlicePager(
@@ -1025,6 +1045,7 @@ def disputes_pager(
         on_stuck=on_stuck,
         dense_limit=dense_limit,
         max_requests=max_requests,
+        redact=redact,
     )
 
 
@@ -1039,6 +1060,7 @@ def events_pager(
     on_stuck: OnStuck = "raise",
     max_requests: int | None = None,
     unlistable: Iterable[IncompleteWindow] = (),
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Initial delivery attempts (events) created in ``[start, end]``: the admin events list.
 
@@ -1071,4 +1093,5 @@ def events_pager(
         max_requests=max_requests,
         rows_key="events",
         unlistable=unlistable,
+        redact=redact,
     )
