@@ -271,7 +271,8 @@ def _time_span(value: Any) -> tuple[int, int] | str:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)  # Hyperswitch prints UTC
     ms = (parsed - _EPOCH) // _MS  # aware subtraction: a timedelta, which cannot overflow here
-    width = _width_ms(text)
+    # Hyperswitch's own form, 2024-05-01T12:00:00.000Z, needs no closer look.
+    width = 0 if len(text) == 24 and text[19] == "." and text[23] == "Z" else _width_ms(text)
     if ms < _MIN_MS or ms + width > _MAX_MS:
         return "is outside the years 1..9999 (UTC)"
     return ms, ms + width
@@ -461,7 +462,13 @@ class Pager(Iterable[dict[str, Any]], ABC):
         if raw_id is None or raw_id == "":
             self._problem("missing_id", None, f"the row has no {self.id_field!r}")
             return None
-        defect = id_defect(raw_id)
+        clean = (
+            type(raw_id) is str
+            and len(raw_id) <= MAX_ID_LENGTH
+            and raw_id.isprintable()
+            and not raw_id.isspace()
+        )
+        defect = None if clean else id_defect(raw_id)
         if defect is not None:
             self._problem("bad_id", self._render_id(raw_id), f"{self.id_field!r} {defect}")
             return None
