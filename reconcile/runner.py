@@ -357,7 +357,8 @@ class Reconciler:
                 "listing %s failed: %s", name, type(exc).__name__, extra={"action": "reconcile"}
             )
         finally:
-            part.pages, part.requests = pager.pages, pager.requests
+            part.pages = pager.pages
+            part.requests = pager.requests + recovery.spent[kind]
             part.incomplete = [
                 f"{w.start.isoformat()}..{w.end.isoformat()}: {w.reason}" for w in pager.incomplete
             ]
