@@ -197,7 +197,7 @@ def _run(
         env["HOOKLEDGER_ADMIN_API_KEY"] = admin_key
         env["HOOKLEDGER_MERCHANT_ID"] = sandbox.merchant_id
         # The demo lives in seconds, not weeks: short overlaps and sweep intervals.
-        env["HOOKLEDGER_RECONCILE_OVERLAP_MINUTES"] = "0.05"
+        env["HOOKLEDGER_RECONCILE_OVERLAP_MINUTES"] = "0"
         env["HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS"] = "1"
         print(f"demo: sandbox processor at {sandbox_server.base_url}")
 
