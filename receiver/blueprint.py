@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from receiver.errors import PayloadTooLarge, ReceiveError, SignatureError, StorageUnavailable
 from receiver.events import parse_event
 from receiver.signature import SIGNATURE_HEADER, verify
-
-if TYPE_CHECKING:
-    from receiver.extension import ReceiverState
+from receiver.state import receiver_state
 
 log = logging.getLogger("receiver.blueprint")
-
-
-def _state() -> ReceiverState:
-    state: ReceiverState = current_app.extensions["hookledger"]
-    return state
 
 
 def error_response(exc: ReceiveError) -> tuple[Response, int]:
@@ -52,7 +45,7 @@ def _db_reason(exc: BaseException) -> str:
 
 
 def receive() -> tuple[Response, int]:
-    state = _state()
+    state = receiver_state()
     remote = request.remote_addr
     try:
         body = _read_body(state.settings.max_body_bytes)
@@ -100,7 +93,7 @@ def receive() -> tuple[Response, int]:
 
 
 def health() -> tuple[Response, int]:
-    state = _state()
+    state = receiver_state()
     try:
         counts, age = state.store.health()
     except Exception as exc:  # noqa: BLE001 - any storage failure means "not healthy"
