@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import Connection, CursorResult, Select, Table, bindparam, delete, func
+from sqlalchemy import Connection, CursorResult, Select, Table, bindparam, delete, exists, func
 from sqlalchemy import update as sql_update
 from sqlalchemy.dialects import sqlite
 
@@ -19,10 +19,18 @@ from receiver.sql.base import Outcomes, Statements
 from receiver.sql.tables import EVENT, HANDLER_RUN, LEASE, OUTCOME_COLUMNS, PROJECTION, TRANSITION
 
 #: Close one claimed event (executemany over a batch's ``finals``), only while its worker
-#: holds the event's lease.
+#: holds the event's lease and, unexpired at ``b_now``, its object's lease.
 CLOSE_EVENT = (
     sql_update(EVENT)
-    .where(EVENT.c.id == bindparam("b_id"), EVENT.c.lease_owner == bindparam("b_owner"))
+    .where(
+        EVENT.c.id == bindparam("b_id"),
+        EVENT.c.lease_owner == bindparam("b_owner"),
+        exists().where(
+            LEASE.c.object_key == EVENT.c.object_key,
+            LEASE.c.owner == bindparam("b_owner"),
+            LEASE.c.expires_at >= bindparam("b_now"),
+        ),
+    )
     .values(
         status=bindparam("b_status"),
         last_error=bindparam("b_error"),
@@ -126,15 +134,17 @@ class SQLiteStatements(Statements):
     # -- dispatch -------------------------------------------------------------------------
 
     def write_outcomes(self, conn: Connection, outcomes: Outcomes, now: datetime) -> bool:
+        # The caller's transaction began with BEGIN IMMEDIATE: nothing changes between the
+        # check (closing the events under their leases) and the writes that follow it.
+        finals = [{**final, "b_now": now} for final in outcomes.finals]
+        if conn.execute(CLOSE_EVENT, finals).rowcount != len(finals):
+            return False  # a lease was lost: the caller rolls back, nothing more to write
         if outcomes.transitions:
             conn.execute(sqlite.insert(TRANSITION).on_conflict_do_nothing(), outcomes.transitions)
         if outcomes.projections:
             conn.execute(self._upsert_projection, outcomes.projections)
         if outcomes.ledger:
             conn.execute(self._upsert_ledger, outcomes.ledger)
-        finals = list(outcomes.finals)
-        if conn.execute(CLOSE_EVENT, finals).rowcount != len(finals):
-            return False  # the caller rolls back
         for owner in {final["b_owner"] for final in finals}:
             keys = [final["b_key"] for final in finals if final["b_owner"] == owner]
             conn.execute(
