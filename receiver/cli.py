@@ -274,8 +274,7 @@ def events_cmd(
 @with_appcontext
 def stats_cmd(as_json: bool) -> None:
     """Counts by status and the age of the oldest open event."""
-    store = _state().store
-    counts, age = store.health()
+    counts, age = _state().store.stats()
     payload = {"events": counts, "oldest_open_age_seconds": age}
     if as_json:
         click.echo(json.dumps(payload))

@@ -12,11 +12,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy import Connection, and_, column, delete, func, select, table, update
 from sqlalchemy.orm import Session
 
 from receiver import guard
 from receiver.clock import as_utc
+from receiver.db import VERSION_TABLE
 from receiver.events import Event
 from receiver.inbox import Inbox
 from receiver.models import (
@@ -30,6 +31,9 @@ from receiver.models import (
 )
 from receiver.sql.tables import CONFLICT, CUTOVER, EVENT, HANDLER_RUN
 from receiver.storage import Storage
+
+#: hookledger's Alembic version table: one row, the schema's revision.
+_VERSION = table(VERSION_TABLE, column("version_num"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,17 +198,31 @@ class Operations:
 
     # -- counts ---------------------------------------------------------------------------
 
-    def health(self) -> tuple[dict[str, int], float | None]:
-        """Counts by status and the age of the oldest open event, read in a transaction that
-        could write: on SQLite that needs the write lock, so a health check fails exactly
-        when webhooks could not be stored."""
-        with self.storage.engine.begin() as conn:
+    def stats(self) -> tuple[dict[str, int], float | None]:
+        """Counts by status and the age of the oldest open event, for operators (``hookledger
+        stats``). It reads the whole inbox: never serve it on an unauthenticated route. Read
+        in a read-only transaction (on SQLite a deferred BEGIN: never the write lock)."""
+        with self.storage.deferred.connect() as conn:
             counts = _status_counts(conn)
             oldest = conn.execute(
                 select(func.min(EVENT.c.received_at)).where(EVENT.c.status.in_(EventStatus.OPEN))
             ).scalar()
         age = None if oldest is None else (self.storage.now() - as_utc(oldest)).total_seconds()
         return counts, age
+
+    def health(self) -> tuple[dict[str, int], float | None]:
+        """The same as :meth:`stats` (its former name)."""
+        return self.stats()
+
+    def schema_revision(self) -> str | None:
+        """The database's hookledger schema revision: the readiness probe. One read of a
+        one-row table, whatever the size of the inbox, in a read-only transaction (on SQLite
+        a deferred BEGIN: it never takes or waits for the write lock, so it neither blocks
+        nor is blocked by the receipt of webhooks). Raises when the database is unreachable
+        or has no hookledger schema."""
+        with self.storage.deferred.connect() as conn:
+            revision = conn.execute(select(_VERSION.c.version_num)).scalar()
+        return None if revision is None else str(revision)
 
     def counts(self) -> dict[str, int]:
         with self.storage.deferred.connect() as conn:

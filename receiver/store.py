@@ -199,9 +199,17 @@ class Store:
         """See :meth:`receiver.operations.Operations.prune`."""
         return self.operations.prune(older_than, include_dead=include_dead, dry_run=dry_run)
 
+    def stats(self) -> tuple[dict[str, int], float | None]:
+        """See :meth:`receiver.operations.Operations.stats`."""
+        return self.operations.stats()
+
     def health(self) -> tuple[dict[str, int], float | None]:
-        """See :meth:`receiver.operations.Operations.health`."""
-        return self.operations.health()
+        """The same as :meth:`stats` (its former name)."""
+        return self.operations.stats()
+
+    def schema_revision(self) -> str | None:
+        """See :meth:`receiver.operations.Operations.schema_revision`."""
+        return self.operations.schema_revision()
 
     def counts(self) -> dict[str, int]:
         """See :meth:`receiver.operations.Operations.counts`."""
