@@ -291,4 +291,11 @@ def main() -> None:
     )
     for name, command in hookledger_group.commands.items():
         cli.add_command(command, name)
-    cli.main(prog_name="hookledger")
+    try:
+        cli.main(prog_name="hookledger")
+    except HookledgerError as exc:  # a misconfigured app (init_app refused it): one line
+        _fail(exc.message)
+
+
+if __name__ == "__main__":
+    main()
