@@ -393,6 +393,7 @@ def test_sandbox_client_and_reconcile_show_no_secret_or_card_number(
         wrong = ProcessorClient(server.base_url, WRONG_API_KEY)
         try:
             options = ReconcileOptions(page_size=2, lock_wait=LOCK_WAIT)
+            state.store.set_cutover("new_account", None)  # a fresh sandbox account
             for client in (patient, hasty, wrong):
                 reconciler = Reconciler(client, state.store)
                 report = reconciler.run(options)
@@ -413,7 +414,8 @@ def test_sandbox_client_and_reconcile_show_no_secret_or_card_number(
 
         # The reconcile command, with the right and with a wrong key.
         runner = CliRunner()
-        for key, expected_exit in ((SANDBOX_API_KEY, 0), (WRONG_API_KEY, 1)):
+        # A wrong key: the processor refuses every list (exit 4, see reconcile --help).
+        for key, expected_exit in ((SANDBOX_API_KEY, 0), (WRONG_API_KEY, 4)):
             env = {
                 "HOOKLEDGER_DATABASE_URL": database_url,
                 "HOOKLEDGER_PROCESSOR_URL": server.base_url,
