@@ -72,6 +72,7 @@ class WebhookReceiver:
         store = Store(
             engine,
             write_wait=settings.sqlite_busy_timeout,
+            headers=settings.stored_headers,
             retry=RetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_seconds=settings.backoff_base,

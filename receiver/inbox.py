@@ -11,7 +11,6 @@ handler.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -26,14 +25,12 @@ from receiver.errors import StorageUnavailable
 from receiver.events import Event
 from receiver.filelock import WritersLock
 from receiver.groupcommit import GroupCommit
+from receiver.headers import DEFAULT_STORED_HEADERS, clean_headers
 from receiver.models import EventStatus, Source
 from receiver.sql.tables import CONFLICT, EVENT
 from receiver.storage import Storage, is_unavailable, unavailable
 
 log = logging.getLogger("receiver.store")
-
-#: Headers never written to the inbox (they may carry credentials).
-REDACTED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "api-key"})
 
 #: Beside a SQLite database file: the lock its web processes take to write (an empty file).
 WRITERS_LOCK_SUFFIX = "-hookledger-writers"
@@ -54,12 +51,6 @@ class Inserted:
 
 def body_sha256(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
-
-
-def clean_headers(headers: Iterable[tuple[str, str]]) -> str:
-    """The headers kept with a delivery, as JSON."""
-    kept = {k: v for k, v in headers if k.lower() not in REDACTED_HEADERS}
-    return json.dumps(kept, ensure_ascii=False, sort_keys=True)
 
 
 def event_row(
@@ -113,10 +104,18 @@ def event_row(
 class Inbox:
     """Insert-or-ignore of deliveries, webhooks and synthesised events alike."""
 
-    def __init__(self, storage: Storage, *, write_wait: float = 5.0) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        write_wait: float = 5.0,
+        headers: frozenset[str] = DEFAULT_STORED_HEADERS,
+    ) -> None:
         """``write_wait``: on SQLite, how long a delivery waits for this process's other
-        threads' inserts before it gives up with :class:`StorageUnavailable`."""
+        threads' inserts before it gives up with :class:`StorageUnavailable`. ``headers``:
+        the request headers kept with each delivery (see :func:`stored_headers`)."""
         self.storage = storage
+        self.headers = headers
         sql = storage.sql
         self._sql = sql
         self._write_wait = write_wait
@@ -234,7 +233,7 @@ class Inbox:
             event,
             body,
             self.storage.now() if now is None else now,
-            headers=clean_headers(headers),
+            headers=clean_headers(headers, self.headers),
             secret_id=secret_id,
             source=source,
             replay_of=replay_of,

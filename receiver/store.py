@@ -23,15 +23,13 @@ from receiver import guard
 from receiver.clock import Clock, utcnow
 from receiver.dispatch import Dispatcher, HandlerCall, Outcome, Work
 from receiver.events import Event
-from receiver.inbox import (
+from receiver.headers import (
+    DEFAULT_STORED_HEADERS,
     REDACTED_HEADERS,
-    WRITERS_LOCK_SUFFIX,
-    Inbox,
-    Inserted,
-    InsertResult,
-    body_sha256,
     clean_headers,
+    stored_headers,
 )
+from receiver.inbox import WRITERS_LOCK_SUFFIX, Inbox, Inserted, InsertResult, body_sha256
 from receiver.models import (
     CUTOVER_NAME,
     DEFERRED_PREFIX,
@@ -58,13 +56,15 @@ class Store:
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
         write_wait: float = 5.0,
+        headers: Iterable[str] = (),
     ) -> None:
         """``write_wait``: on SQLite, how long a delivery waits for this process's other
         threads' inserts before it gives up with :class:`StorageUnavailable` (use the busy
-        timeout)."""
+        timeout). ``headers``: request header names stored with each delivery besides
+        :data:`receiver.headers.DEFAULT_STORED_HEADERS` (every other header is dropped)."""
         self.storage = Storage(engine, clock=clock)
         self.retry = retry or RetryPolicy()
-        self.inbox = Inbox(self.storage, write_wait=write_wait)
+        self.inbox = Inbox(self.storage, write_wait=write_wait, headers=stored_headers(headers))
         self.queue = Queue(self.storage, retry=self.retry)
         self.dispatcher = Dispatcher(self.storage, retry=self.retry, rng=rng)
         self.operations = Operations(self.storage, inbox=self.inbox)
@@ -242,6 +242,7 @@ class Store:
 
 __all__ = [
     "CUTOVER_NAME",
+    "DEFAULT_STORED_HEADERS",
     "DEFERRED_PREFIX",
     "REDACTED_HEADERS",
     "WRITERS_LOCK_SUFFIX",
@@ -258,4 +259,5 @@ __all__ = [
     "Work",
     "body_sha256",
     "clean_headers",
+    "stored_headers",
 ]
