@@ -36,16 +36,23 @@ What it does for every call:
   query), status, attempt, elapsed time; never headers, the key or bodies. The key never
   appears in a log line, an error or a repr (it is redacted from anything the server echoes).
 
-Lists (``iter_payments`` ...) return the pagers of :mod:`reconcile.paging`: each object at most
-once, at most ``max_requests`` list calls per window, rows checked against the window, row
-problems on ``pager.row_errors``, what could not be read on ``pager.incomplete`` (or raised as
-:class:`~reconcile.errors.PagingError`); see that module.
+Objects are read by id (``get_payment``, ``get_refund``, ``get_payout``, ``get_dispute``,
+``get_mandate``, or ``get_object(kind, id)``); an id must be a clean string (1 to 255 printable
+characters), else :class:`ValueError` is raised before anything is sent (its message never
+quotes the id), and it is URL-quoted as one path segment.
 
-The key decides the environment (``snd_`` sandbox, ``prd_`` production); publishable
-(``pk_...``) and administrative (``admin_...``) keys are refused. An explicit ``environment``
-that disagrees with the key, a sandbox key on a production host (or the reverse), and a
-production key over plain HTTP to anything but the local machine raise
-:class:`~reconcile.errors.EnvironmentMismatch` when the client is built.
+Lists (``iter_payments`` ...) return the pagers of :mod:`reconcile.paging`: each object at most
+once, at most ``max_requests`` list calls per window (default 10,000), rows checked against the
+window, row problems on ``pager.row_errors`` (ids redacted of the key, then escaped), what
+could not be read on ``pager.incomplete`` (or raised as :class:`~reconcile.errors.PagingError`);
+see that module.
+
+For :class:`ProcessorClient` the key decides the environment (``snd_`` sandbox, ``prd_``
+production); publishable (``pk_...``) and administrative (``admin_...``) keys are refused. An
+explicit ``environment`` that disagrees with the key, a sandbox key on a production host (or
+the reverse), and a production key over plain HTTP to anything but the local machine raise
+:class:`~reconcile.errors.EnvironmentMismatch` when the client is built (the host and https
+checks are :class:`ApiClient`'s, so the events client has them too).
 """
 
 from __future__ import annotations
@@ -574,6 +581,7 @@ class ProcessorClient(ApiClient):
             page_size=page_size,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=self._redact,
         )
 
     def iter_refunds(
@@ -599,6 +607,7 @@ class ProcessorClient(ApiClient):
             page_size=page_size,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=self._redact,
         )
 
     def iter_payouts(
@@ -620,6 +629,7 @@ class ProcessorClient(ApiClient):
             page_size=page_size,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=self._redact,
         )
 
     def iter_disputes(
@@ -639,6 +649,7 @@ class ProcessorClient(ApiClient):
             page_size=page_size,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=self._redact,
         )
 
     def get_mandate(self, mandate_id: str) -> dict[str, Any]:

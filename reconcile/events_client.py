@@ -161,6 +161,7 @@ class EventsClient(ApiClient):
             on_stuck=on_stuck,
             max_requests=max_requests,
             unlistable=unlistable,
+            redact=self._redact,
         )
 
     def event_attempts(self, merchant_id: str, event_id: str) -> list[dict[str, Any]]:

@@ -6,45 +6,57 @@ for one creation-time window ``[start, end]``. What it guarantees, against any s
 * **Bounded.** It makes at most ``max_requests`` list calls (default
   :data:`DEFAULT_MAX_REQUESTS`, 10,000: a million objects at 100 per page; the client's own
   retries of one call are not counted again, see :class:`~reconcile.client.RetryPolicy`). When
-  the budget is spent it stops and reports the unread part of the window (below). No server
-  answer can make it loop: every request either moves a bound or offset forward or is the last.
-* **Each object at most once.** Ids already yielded are kept for the pager's life (memory grows
-  with the window: about 100 bytes per object) and never yielded again, whatever the server
-  repeats.
+  the budget is spent it stops and reports the unread part of the window. The budget is the
+  backstop: each lie listed below is caught on its own, usually by the second request.
+* **Each object at most once.** Ids already yielded are kept for the pager's life and never
+  yielded again, whatever the server repeats (memory grows with the window: about 100 bytes
+  an object, 10 MB per 100,000).
 * **Only the window.** A row is yielded only if its creation time lies inside the bounds of the
-  request that returned it (inside the window). A row outside them means the server ignored the
-  filter: such rows are skipped, never yielded, and the window is reported. A printed time
-  coarser than milliseconds (``...T10:11:12Z``) stands for its whole second.
+  request that returned it (so inside the window), at the precision of the printed time: a
+  time printed in milliseconds stands for that millisecond (Hyperswitch truncates microseconds,
+  so a row printed at the window's last millisecond may be up to 999 us past it), a coarser one
+  (``...T10:11:12Z``) for its whole second. A row outside the bounds means the server ignored
+  the filter: it is skipped, never yielded, and the rest of the window is reported.
 * **Defensive rows.** Only what paging needs is checked: a row must be a JSON object with a
   clean string id (1 to 255 printable characters: no NUL, control character, lone surrogate or
   other non-printable) and a readable ``created``/``created_at`` within the years 1 to 9999.
   A row that fails is skipped and recorded as a :class:`RowProblem` in ``pager.row_errors``;
   paging goes on. Everything else in a row (deep ``metadata``, lone surrogates in other
-  fields, ...) is yielded as it is. No time arithmetic can overflow: bounds are clamped to the
-  years 1..9999.
-* **Self-checking.** Whatever cannot be read completely is reported, never silently dropped:
-  with ``on_stuck="raise"`` (the default) the rows read so far are yielded and then
+  fields, ...) is yielded as it is: whether it can be stored is the caller's business. No time
+  arithmetic can overflow: bounds and every ``± 1 ms`` are clamped to the years 1..9999.
+* **Self-checking.** Whatever cannot be read completely is reported, never silently dropped
+  (as far as the server's answers can tell: a ``total_count`` that lies low on an endpoint
+  without ``has_more`` ends a list early and looks like the truth): with ``on_stuck="raise"``
+  (the default) the rows read so far are yielded and then
   :class:`~reconcile.errors.PagingError` is raised (with ``start``, ``end``, ``reason``); with
   ``on_stuck="report"`` an :class:`IncompleteWindow` ``(start, end, reason)`` is appended to
   ``pager.incomplete`` (overlapping windows with the same reason are merged) and the pager goes
-  on where it can, else stops. Row problems are never raised. The reasons never quote a remote
-  id; they are lower-case sentences with counts and times, e.g. ``"the request budget of 50
+  on where it can, else stops; it never raises for these. Row problems are never raised.
+  Reasons and messages never quote foreign text (ids, times; a server may echo anything, even
+  the API key); they are sentences with counts and times, e.g. ``"the request budget of 50
   requests was exhausted; refunds created 2024-05-01T11:00:00.000Z .. 2024-05-01T14:00:00.000Z
-  were not read"``.
+  were not read"``. A window reported lies within the pager's window, except the part of the
+  caller's window the events API cannot list at all (older than 90 days, see
+  :mod:`reconcile.events_client`).
 
-What is detected, per pager (each a report, never a loop):
+What is detected (each a report, never a loop):
 
-* the request budget exhausted (all pagers; the unread part of the window is reported);
-* rows outside the requested bounds (all pagers; the server ignores the filter, or repeats a
-  page of other bounds): the rest of the window is reported and paging stops;
-* a page of rows all already read while the bounds or the offset moved (the server repeats
-  pages or ignores the offset): reported; paging stops (time slices: that millisecond only);
-* an offset past the ``total_count`` the server reported although it says ``has_more``, and an
-  empty page although ``has_more``/``total_count`` promised more (offset pagers);
-* a full page without one usable row (no bound can be derived from it: backward pager);
-* bounds that would leave the window or not move (the backward pager's upper bound moving up,
-  a slice outside its parent): reported, paging stops;
-* more objects in one instant than a page (or ``dense_limit``) holds, as before (below).
+* the request budget exhausted (all pagers): the unread part of the window, paging stops;
+* rows created outside the requested bounds (all pagers: the server ignores the time filter,
+  or repeats the page of other bounds): the rest of the window, paging stops;
+* a page of rows all read before while the bounds or the offset moved (the server repeats
+  pages or ignores the offset): offset pagers on a full page (or ``has_more``), the backward
+  pager on a full page, time slices within one crowded millisecond (that millisecond only);
+  checked before the offset is compared with ``total_count``;
+* offset pagers: ``has_more: true`` at an offset past every ``total_count`` the server
+  reported; an empty page although ``has_more`` or ``total_count`` promised more. A short page
+  without ``has_more`` is the end even if ``total_count`` says more (Hyperswitch's payout
+  counts are known to disagree with its lists, issue #11967);
+* the backward pager: a full page without one usable row (no next bound can be derived from
+  it); a next upper bound that would move up or past the window's end;
+* time slices: a slice that would leave its parent; a ``total_count`` below the rows in hand is
+  ignored (the short-page rule still holds), one above them only shapes the split;
+* more objects in one instant than a page (or ``dense_limit``) holds (below).
 
 ``pager.pages`` counts list responses whose rows were used, ``pager.requests`` list calls made
 (never more than ``max_requests``), ``pager.row_errors`` the first :data:`MAX_ROW_ERRORS`
@@ -75,6 +87,8 @@ section 4):
     than ``limit``, or all of ``total_count``); one response is one consistent snapshot, so
     updates between requests cannot hide a row. Adjacent slices share their boundary
     millisecond; rows seen twice there are skipped by id. Costs one extra request per split.
+    Refunds filter by ``start_time``/``end_time`` (Hyperswitch) or by the seed's
+    ``created_gte``/``created_lte`` (``refunds_pager(dialect="seed")``).
 
 Time bounds are sent as ISO 8601 UTC with milliseconds and ``Z`` (``2024-05-01T12:00:00.000Z``);
 ``start`` and ``end`` are truncated to the millisecond.
@@ -94,7 +108,7 @@ import logging
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, NamedTuple, Protocol
@@ -266,13 +280,15 @@ def _time_span(value: Any) -> tuple[int, int] | str:
             raise ValueError
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        return f"{escape_id(value, 40)} is not an ISO 8601 timestamp"
+        # The value is foreign text (a server may echo anything, even the API key): not quoted.
+        return "is not an ISO 8601 timestamp"
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)  # Hyperswitch prints UTC
     ms = (parsed - _EPOCH) // _MS  # aware subtraction: a timedelta, which cannot overflow here
-    width = _width_ms(text)
+    # Hyperswitch's own form, 2024-05-01T12:00:00.000Z, needs no closer look.
+    width = 0 if len(text) == 24 and text[19] == "." and text[23] == "Z" else _width_ms(text)
     if ms < _MIN_MS or ms + width > _MAX_MS:
-        return f"{escape_id(value, 40)} is outside the years 1..9999 (UTC)"
+        return "is outside the years 1..9999 (UTC)"
     return ms, ms + width
 
 
@@ -333,6 +349,7 @@ class Pager(Iterable[dict[str, Any]], ABC):
         max_requests: int | None = None,
         rows_key: str | None = "data",
         unlistable: Iterable[IncompleteWindow] = (),
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         _require_aware(start, "start")
         _require_aware(end, "end")
@@ -362,6 +379,9 @@ class Pager(Iterable[dict[str, Any]], ABC):
         self.on_stuck: OnStuck = on_stuck
         self.max_requests: int = max_requests
         self.rows_key = rows_key
+        #: Applied to a foreign id before it is rendered into a RowProblem (the client removes
+        #: its API key: a server may echo it anywhere).
+        self._redact = redact or (lambda text: text)
         self.pages = 0
         self.requests = 0
         self.incomplete: list[IncompleteWindow] = []
@@ -456,9 +476,15 @@ class Pager(Iterable[dict[str, Any]], ABC):
         if raw_id is None or raw_id == "":
             self._problem("missing_id", None, f"the row has no {self.id_field!r}")
             return None
-        defect = id_defect(raw_id)
+        clean = (
+            type(raw_id) is str
+            and len(raw_id) <= MAX_ID_LENGTH
+            and raw_id.isprintable()
+            and not raw_id.isspace()
+        )
+        defect = None if clean else id_defect(raw_id)
         if defect is not None:
-            self._problem("bad_id", escape_id(raw_id), f"{self.id_field!r} {defect}")
+            self._problem("bad_id", self._render_id(raw_id), f"{self.id_field!r} {defect}")
             return None
         why = None
         for name in _TIME_FIELDS:
@@ -469,10 +495,14 @@ class Pager(Iterable[dict[str, Any]], ABC):
                 why = why or f"{name!r} {span}"
         self._problem(
             "bad_created",
-            escape_id(raw_id),
+            self._render_id(raw_id),
             why or f"the row has no {' or '.join(repr(n) for n in _TIME_FIELDS)}",
         )
         return None
+
+    def _render_id(self, raw_id: Any) -> str:
+        """A foreign id as a RowProblem shows it: redacted, escaped, bounded."""
+        return escape_id(self._redact(raw_id) if isinstance(raw_id, str) else raw_id)
 
     def _page(self, rows: list[Any], low: int, high: int) -> _Page:
         """Inspect a response's rows against its request's bounds ``[low, high]``."""
@@ -710,6 +740,7 @@ class TimeSlicePager(Pager):
         on_stuck: OnStuck = "raise",
         dense_limit: int = DENSE_LIMIT,
         max_requests: int | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         super().__init__(
             fetch,
@@ -725,6 +756,7 @@ class TimeSlicePager(Pager):
             on_stuck=on_stuck,
             max_requests=max_requests,
             rows_key=None if bare else "data",
+            redact=redact,
         )
         if dense_limit < page_size:
             raise ValueError("dense_limit must be at least page_size")
@@ -867,6 +899,7 @@ def payments_pager(
     page_size: int = 100,
     on_stuck: OnStuck = "raise",
     max_requests: int | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Payments created in ``[start, end]``.
 
@@ -888,6 +921,7 @@ def payments_pager(
             max_page_size=100,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=redact,
         )
     if dialect == "seed":
         return OffsetPager(
@@ -903,6 +937,7 @@ def payments_pager(
             max_page_size=100,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=redact,
         )
     raise ValueError("dialect must be 'hyperswitch' or 'seed'")
 
@@ -917,6 +952,7 @@ def refunds_pager(
     on_stuck: OnStuck = "raise",
     dense_limit: int = DENSE_LIMIT,
     max_requests: int | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Refunds created in ``[start, end]``: ``POST /refunds/list`` by time slices.
 
@@ -946,6 +982,7 @@ def refunds_pager(
         on_stuck=on_stuck,
         dense_limit=dense_limit,
         max_requests=max_requests,
+        redact=redact,
     )
 
 
@@ -958,6 +995,7 @@ def payouts_pager(
     page_size: int | None = None,
     on_stuck: OnStuck = "raise",
     max_requests: int | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Payouts created in ``[start, end]``.
 
@@ -979,6 +1017,7 @@ def payouts_pager(
             max_page_size=100,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=redact,
         )
     if dialect == "post":
         return OffsetPager(
@@ -994,6 +1033,7 @@ def payouts_pager(
             max_page_size=20,
             on_stuck=on_stuck,
             max_requests=max_requests,
+            redact=redact,
         )
     raise ValueError("dialect must be 'get' or 'post'")
 
@@ -1007,6 +1047,7 @@ def disputes_pager(
     on_stuck: OnStuck = "raise",
     dense_limit: int = DENSE_LIMIT,
     max_requests: int | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Disputes created in ``[start, end]``: ``GET /disputes/list`` (bare array) by time slices."""
     return TimeSlicePager(
@@ -1025,6 +1066,7 @@ def disputes_pager(
         on_stuck=on_stuck,
         dense_limit=dense_limit,
         max_requests=max_requests,
+        redact=redact,
     )
 
 
@@ -1039,6 +1081,7 @@ def events_pager(
     on_stuck: OnStuck = "raise",
     max_requests: int | None = None,
     unlistable: Iterable[IncompleteWindow] = (),
+    redact: Callable[[str], str] | None = None,
 ) -> Pager:
     """Initial delivery attempts (events) created in ``[start, end]``: the admin events list.
 
@@ -1071,4 +1114,5 @@ def events_pager(
         max_requests=max_requests,
         rows_key="events",
         unlistable=unlistable,
+        redact=redact,
     )

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from flask import Flask
+from sqlalchemy import Engine
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 
@@ -28,3 +29,14 @@ def serve(app: Flask) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def reconcile_ready(engine: Engine) -> None:
+    """Migrate the reconciler's tables and declare the sandbox account new (nothing before
+    hookledger), as ``reconcile db upgrade`` and ``reconcile adopt --new-account`` do."""
+    from receiver import db
+    from receiver.store import Store
+    from reconcile.store import RECONCILE_MIGRATIONS
+
+    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    Store(engine).set_cutover("new_account", None)

@@ -7,6 +7,7 @@ Regressions of a fuzz run: a lone surrogate in an id, ``metadata`` nested very d
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -136,7 +137,7 @@ def test_row_problem_reasons_name_the_field_but_not_the_raw_value(
     assert list(pager) == []
     first, second = pager.row_errors
     assert first.reason == "'payment_id' contains NUL"
-    assert second.reason == "'created' not \\x00 a time is not an ISO 8601 timestamp"
+    assert second.reason == "'created' is not an ISO 8601 timestamp"
 
 
 def test_row_errors_are_capped_but_counted(fake: FakeProcessor) -> None:
@@ -352,3 +353,24 @@ def test_escape_id_is_bounded_and_never_cuts_an_escape() -> None:
 )
 def test_id_defect(value: Any, defect: str | None) -> None:
     assert id_defect(value) == defect
+
+
+def test_an_echoed_api_key_never_reaches_row_problems_or_logs(
+    fake: FakeProcessor, client: ProcessorClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    from _fakeapi import API_KEY
+
+    caplog.set_level(logging.DEBUG)
+    fake.misbehave = Misbehaviour(
+        extra_rows=lambda path, bounds, rows: [
+            {"payment_id": API_KEY, "created": API_KEY},
+            {"payment_id": f"pay_{API_KEY}\x00", "created": IN_WINDOW},
+        ]
+    )
+    pager = client.iter_payments(START, END, on_stuck="report")
+    assert list(pager) == []
+    assert [problem.object_id for problem in pager.row_errors] == [
+        "[api-key]",
+        "pay_[api-key]\\x00",
+    ]
+    assert API_KEY not in repr(pager.row_errors) and API_KEY not in caplog.text

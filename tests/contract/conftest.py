@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,6 +20,7 @@ import pytest
 import requests
 
 from reconcile.client import ProcessorClient, RetryPolicy
+from reconcile.events_client import EventsClient
 from tests.contract import API_KEY
 from tests.contract.patch_spec import spec_path, write_patched_spec
 from tests.contract.prism import PrismServer, find_prism, start_prism
@@ -38,7 +40,16 @@ CONTRACT_PATHS = (
     "/payouts/{payout_id}",
     "/disputes/list",
     "/disputes/{dispute_id}",
+    "/mandates/{mandate_id}",
+    "/events/{merchant_id}",
+    "/events/{merchant_id}/{event_id}/attempts",
+    "/events/{merchant_id}/{event_id}/retry",
 )
+#: An admin API key (no prefix; Prism checks that ``api-key`` is present, not its value).
+ADMIN_KEY = "contract_admin_key_0123456789"
+#: The events client's clock: ten days after Prism's static event (2022-09-10T10:11:12Z), so
+#: the window around it lies within the events API's 90 days.
+EVENTS_NOW = datetime(2022, 9, 20, 12, 0, tzinfo=UTC).timestamp()
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -125,3 +136,22 @@ def make_client(
 @pytest.fixture
 def client(make_client: Callable[..., ProcessorClient]) -> ProcessorClient:
     return make_client()
+
+
+@pytest.fixture
+def events(prism: PrismServer, recorder: ContractRecorder) -> Iterator[EventsClient]:
+    """An admin events client of the mock (no retries), its exchanges seen by ``recorder``."""
+    session = recorder.attach(requests.Session())
+    client = EventsClient(
+        prism.base_url,
+        ADMIN_KEY,
+        environment="sandbox",
+        session=session,
+        retry=RetryPolicy(max_attempts=1),
+        clock=lambda: EVENTS_NOW,
+        connect_timeout=2.0,
+        read_timeout=10.0,
+    )
+    yield client
+    client.close()
+    session.close()

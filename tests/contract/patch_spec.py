@@ -7,7 +7,8 @@ cites its fact. The shared spec is never copied into the repository: tests call
 :func:`write_patched_spec` to write a patched copy into a temporary directory.
 
 Patches 1-6 are the ones section 6 lists (3, 4 and 6 completed from section 4's structs);
-7-11 were found running Prism and are needed for the mock to answer, or to check at all:
+7-11 and 14 were found running Prism and are needed for the mock to answer, or to check at all;
+12 adds the seed's form of an endpoint (as 2 does), 13 a limit section 3 states:
 
 1. ``GET /payments/list``: the query names are the dotted ``created.gte``/``.lte``/``.gt``/``.lt``
    (taken from the component schema ``PaymentListConstraints``, which is right; the path
@@ -36,6 +37,16 @@ Patches 1-6 are the ones section 6 lists (3, 4 and 6 completed from section 4's 
    not exactly 30 characters.
 10. ``example`` strings of array/object schemas are parsed (they broke their own schemas).
 11. ``POST /payments``: the 200 examples, which lack required fields, are dropped.
+12. ``POST /refunds/list`` also takes the seed processor's body (``processor-interface.md``,
+    Refunds: ``{limit, offset, payment_id, status, created_gte, created_lte}``, and "Generic
+    list filters"), as 2 does for payments: the body is Hyperswitch's ``RefundListRequest`` or
+    the seed's. ``shared/README.md``: where the facts and the spec differ, support both.
+13. ``POST /events/{merchant_id}``: ``EventListConstraints.limit`` is at most 100 (section 3:
+    "``limit`` is at most 100 (default 100)", ``INITIAL_DELIVERY_ATTEMPTS_LIST_MAX_LIMIT``);
+    the spec gives no maximum.
+14. ``OutgoingWebhookResponseContent.error_message``: its example is the integer ``200`` on a
+    string (section 3: ``response{body,headers,status_code,error_message}``); Prism serves it
+    in every ``EventRetrieveResponse`` (attempts, retry) and ``--errors`` answers 500.
 
 The 8 ``openapi_spec_validator`` errors (unresolved ``/authentication/...`` path params and an
 enum default ``'Instant'``) are left alone: Prism loads the spec with them, and no request of
@@ -173,7 +184,8 @@ _PAYMENT_ROW: Final = {
     "currency": "USD",
     "payment_method": "card",
     "attempt_count": 1,
-    "created": "2024-05-01T12:00:00.000Z",
+    # PaymentsResponse.created's own example: the contract tests' windows are around it.
+    "created": "2022-09-10T10:11:12Z",
 }
 
 
@@ -397,6 +409,42 @@ def _refunds_list(spec: JSON) -> None:
     properties["limit"]["maximum"] = 100
 
 
+def _refunds_list_seed(spec: JSON) -> None:
+    """12. ``POST /refunds/list``: Hyperswitch's body or the seed's (``created_gte``...)."""
+    schemas: JSON = spec["components"]["schemas"]
+    schemas["SeedRefundListRequest"] = {
+        "type": "object",
+        "description": (
+            "The seed processor's POST /refunds/list body (processor-interface.md, Refunds)."
+        ),
+        "additionalProperties": False,
+        "properties": {
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+            "offset": {"type": "integer", "minimum": 0},
+            "payment_id": {"type": "string"},
+            "status": {"type": "string"},
+            "created_gte": {"type": "string", "format": "date-time"},
+            "created_lte": {"type": "string", "format": "date-time"},
+        },
+    }
+    operation = _operation(spec, "post", "/refunds/list")
+    operation["requestBody"]["content"]["application/json"]["schema"] = {
+        "anyOf": [_ref("RefundListRequest"), _ref("SeedRefundListRequest")]
+    }
+
+
+def _events_list_limit(spec: JSON) -> None:
+    """13. ``EventListConstraints.limit``: at most 100."""
+    properties: JSON = _object_part(_schema(spec, "EventListConstraints"))["properties"]
+    properties["limit"]["maximum"] = 100
+
+
+def _webhook_response_example(spec: JSON) -> None:
+    """14. ``OutgoingWebhookResponseContent.error_message``: drop the integer example."""
+    properties: JSON = _object_part(_schema(spec, "OutgoingWebhookResponseContent"))["properties"]
+    properties["error_message"].pop("example", None)
+
+
 def _disputes_list(spec: JSON) -> None:
     """6. ``GET /disputes/list``: the params of ``DisputeListGetConstraints``."""
     operation = _operation(spec, "get", "/disputes/list")
@@ -576,6 +624,9 @@ PATCHES: Final[tuple[Callable[[JSON], None], ...]] = (
     _id_lengths,
     _stringified_examples,
     _create_payment_examples,
+    _refunds_list_seed,
+    _events_list_limit,
+    _webhook_response_example,
 )
 
 

@@ -121,10 +121,14 @@ class ContractRecorder:
             if name not in declared:
                 found.append(f"undeclared query parameter {name!r} (declared: {sorted(declared)})")
         if isinstance(exchange.body, dict):
-            fields = self.body_fields(operation)
-            if fields is not None:
+            forms = self.body_forms(operation)
+            if forms is not None:
+                # The body must be one form (anyOf/oneOf): mixing two forms' fields is not
+                # declared, even if each field is declared by some form. Judged by the form
+                # declaring most of the body.
+                best = max(forms, key=lambda form: len(form & set(exchange.body)))
                 for name in exchange.body:
-                    if name not in fields:
+                    if name not in best:
                         found.append(f"undeclared body field {name!r}")
         return found
 
@@ -165,13 +169,30 @@ class ContractRecorder:
                 names.add(parameter["name"])
         return names
 
-    def body_fields(self, operation: JSON) -> set[str] | None:
-        """Top-level JSON body fields the operation declares (``None``: any field is fine)."""
+    def body_forms(self, operation: JSON) -> list[set[str]] | None:
+        """The field sets of each form of the JSON body (``None``: any field is fine).
+
+        A body schema whose top level is ``anyOf``/``oneOf`` of objects has one form per
+        alternative; any other has one form.
+        """
         content = (operation.get("requestBody") or {}).get("content", {})
         media = content.get("application/json")
         if not isinstance(media, dict) or "schema" not in media:
             return None
-        return self._property_names(media["schema"], depth=0)
+        schema = self._resolve(media["schema"])
+        alternatives = [
+            part
+            for key in ("anyOf", "oneOf")
+            for part in schema.get(key, [])
+            if isinstance(part, dict) and part.get("enum") != [None]
+        ]
+        if not alternatives or "properties" in schema or "allOf" in schema:
+            names = self._property_names(schema, depth=0)
+            return None if names is None else [names]
+        forms = [self._property_names(part, depth=1) for part in alternatives]
+        if any(form is None for form in forms):
+            return None
+        return [form for form in forms if form is not None]
 
     def _property_names(self, schema: Any, depth: int) -> set[str] | None:
         if depth > 20 or not isinstance(schema, dict):

@@ -24,6 +24,7 @@ from examples.shop import app as shop_app
 from examples.shop.models import Order
 from reconcile.client import ProcessorClient
 from reconcile.errors import InvalidRequest, NotFound
+from reconcile.events_client import EventsClient
 from reconcile.paging import Pager
 from tests.contract import API_KEY
 from tests.contract.patch_spec import load_spec, patch_spec
@@ -32,9 +33,14 @@ from tests.contract.recorder import ContractRecorder
 
 pytestmark = pytest.mark.contract
 
-#: Around the ``created`` of Prism's static payment and payout (2022-09-10T10:11:12Z).
+#: Around the ``created`` of Prism's static payment, payout and event (2022-09-10T10:11:12Z,
+#: the spec's examples).
 START = datetime(2022, 9, 10, 10, 0, tzinfo=UTC)
 END = START + timedelta(hours=1)
+#: Around the ``created_at`` of Prism's static refund and dispute: the spec gives no example,
+#: so Prism serves its default date-time, 2019-08-24T14:15:22Z.
+DEFAULT_START = datetime(2019, 8, 24, 14, 0, tzinfo=UTC)
+DEFAULT_END = DEFAULT_START + timedelta(hours=1)
 
 
 def take(pager: Pager, count: int) -> list[dict[str, Any]]:
@@ -67,6 +73,7 @@ def test_health(client: ProcessorClient, recorder: ContractRecorder) -> None:
         ("get_refund", "ref_contract_000001", "refund_id"),
         ("get_payout", "payout_contract_000001", "payout_id"),
         ("get_dispute", "dp_contract_000001", "dispute_id"),
+        ("get_mandate", "man_contract_000001", "mandate_id"),
     ],
 )
 def test_retrieve(
@@ -124,16 +131,32 @@ def test_payments_seed_dialect(
 
 
 @pytest.mark.parametrize("page_size", [1, 100])
-def test_refunds(client: ProcessorClient, recorder: ContractRecorder, page_size: int) -> None:
-    rows = take(client.iter_refunds(START, END, page_size=page_size), 5)
-    assert rows and all(isinstance(row["refund_id"], str) for row in rows)
+@pytest.mark.parametrize(
+    ("dialect", "names"),
+    [("hyperswitch", ("start_time", "end_time")), ("seed", ("created_gte", "created_lte"))],
+)
+def test_refunds(
+    client: ProcessorClient,
+    recorder: ContractRecorder,
+    page_size: int,
+    dialect: Any,
+    names: tuple[str, str],
+) -> None:
+    pager = client.iter_refunds(
+        DEFAULT_START, DEFAULT_END, dialect=dialect, page_size=page_size, on_stuck="report"
+    )
+    rows = take(pager, 5)
     recorder.assert_accepted()
     assert sent(recorder, "POST", "/refunds/list")[0] == {
         "limit": page_size,
         "offset": 0,
-        "start_time": "2022-09-10T10:00:00.000Z",
-        "end_time": "2022-09-10T11:00:00.000Z",
+        names[0]: "2019-08-24T14:00:00.000Z",
+        names[1]: "2019-08-24T15:00:00.000Z",
     }
+    if page_size == 100:  # one static row: the whole window in one answer
+        assert [row["refund_id"] for row in rows] == ["string"] and pager.incomplete == []
+    else:  # a full page, split into slices; the static row is outside the first slice
+        assert "outside the requested" in pager.incomplete[0].reason
 
 
 @pytest.mark.parametrize(("dialect", "page_size"), [("get", 1), ("get", None), ("post", None)])
@@ -151,15 +174,63 @@ def test_payouts(
 
 
 def test_disputes(client: ProcessorClient, recorder: ContractRecorder) -> None:
-    rows = take(client.iter_disputes(START, END), 5)
+    pager = client.iter_disputes(DEFAULT_START, DEFAULT_END, on_stuck="report")
+    rows = take(pager, 5)
     assert rows and all(isinstance(row["dispute_id"], str) for row in rows)
+    assert pager.incomplete == []
     recorder.assert_accepted()
     assert sent(recorder, "GET", "/disputes/list")[0] == {
         "limit": "100",
         "offset": "0",
-        "start_time": "2022-09-10T10:00:00.000Z",
-        "end_time": "2022-09-10T11:00:00.000Z",
+        "start_time": "2019-08-24T14:00:00.000Z",
+        "end_time": "2019-08-24T15:00:00.000Z",
     }
+
+
+# -- the admin events API ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("page_size", "is_delivered"), [(1, False), (100, None), (100, True)])
+def test_events_list(
+    events: EventsClient, recorder: ContractRecorder, page_size: int, is_delivered: bool | None
+) -> None:
+    pager = events.iter_events(
+        "merchant_1668273825",
+        START,
+        END,
+        page_size=page_size,
+        is_delivered=is_delivered,
+        on_stuck="report",
+    )
+    rows = take(pager, 5)
+    assert [row["event_id"] for row in rows] == ["evt_018e31720d1b7a2b82677d3032cab959"]
+    assert pager.row_errors == []
+    if page_size == 1:  # a full page; the mock answers the same page at offset 1
+        assert "already read" in pager.incomplete[0].reason and pager.requests == 2
+    else:
+        assert pager.incomplete == [] and pager.requests == 1
+    recorder.assert_accepted()
+    body = {
+        "created_after": "2022-09-10T10:00:00.000Z",
+        "created_before": "2022-09-10T11:00:00.000Z",
+        "limit": page_size,
+        "offset": 0,
+    }
+    if is_delivered is not None:
+        body["is_delivered"] = is_delivered
+    assert sent(recorder, "POST", "/events/merchant_1668273825")[0] == body
+
+
+def test_event_attempts_and_retry(events: EventsClient, recorder: ContractRecorder) -> None:
+    attempts = events.event_attempts("merchant_1668273825", "evt_018e31720d1b7a2b82677d3032cab959")
+    assert attempts and all(isinstance(a["event_id"], str) for a in attempts)
+    retried = events.retry_event("merchant_1668273825", "evt_018e31720d1b7a2b82677d3032cab959")
+    assert isinstance(retried["response"], dict)
+    recorder.assert_accepted()
+    assert [(e.method, e.path) for e in recorder.exchanges] == [
+        ("GET", "/events/merchant_1668273825/evt_018e31720d1b7a2b82677d3032cab959/attempts"),
+        ("POST", "/events/merchant_1668273825/evt_018e31720d1b7a2b82677d3032cab959/retry"),
+    ]
 
 
 # -- the example shop's create payment ---------------------------------------------------------
@@ -216,6 +287,22 @@ def test_prism_rejects_the_response_enum_as_refund_filter(
     with pytest.raises(InvalidRequest):
         client.request("POST", "/refunds/list", json=body)
     assert any("refund_status.0 must be equal to one of" in p for p in recorder.problems())
+
+
+def test_prism_rejects_an_events_limit_over_100(
+    events: EventsClient, recorder: ContractRecorder
+) -> None:
+    with pytest.raises(InvalidRequest):
+        events.request("POST", "/events/merchant_1", json={"limit": 101})
+    assert any("limit must be <= 100" in p for p in recorder.problems())
+
+
+def test_a_refund_body_mixing_both_forms_is_rejected(
+    client: ProcessorClient, recorder: ContractRecorder
+) -> None:
+    body = {"limit": 10, "created_gte": "2022-09-10T10:00:00Z", "end_time": "2022-09-10T11:00:00Z"}
+    client.request("POST", "/refunds/list", json=body)
+    assert any("undeclared body field" in p for p in recorder.problems())
 
 
 def test_prism_rejects_a_missing_api_key(prism: PrismServer) -> None:
@@ -280,3 +367,19 @@ def test_patch_leaves_the_source_alone_and_fixes_the_list_endpoints(source_spec:
     assert not any(p["required"] for p in payouts)
     refund_filter = patched["components"]["schemas"]["RefundFilterStatus"]["enum"]
     assert "success" in refund_filter and "succeeded" not in refund_filter
+    refunds_body = patched["paths"]["/refunds/list"]["post"]["requestBody"]
+    forms = refunds_body["content"]["application/json"]["schema"]["anyOf"]
+    assert forms == [
+        {"$ref": "#/components/schemas/RefundListRequest"},
+        {"$ref": "#/components/schemas/SeedRefundListRequest"},
+    ]
+    schemas = patched["components"]["schemas"]
+    assert schemas["EventListConstraints"]["properties"]["limit"]["maximum"] == 100
+    response = schemas["OutgoingWebhookResponseContent"]["properties"]["error_message"]
+    assert "example" not in response
+    assert (
+        original["components"]["schemas"]["EventListConstraints"]["properties"]["limit"].get(
+            "maximum"
+        )
+        is None
+    )

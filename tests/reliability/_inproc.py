@@ -25,8 +25,8 @@ from receiver import db
 from receiver.models import EventConflict, InboxEvent
 from receiver.store import RetryPolicy, Store
 from reconcile.sandbox import SandboxServer
-from reconcile.store import RECONCILE_MIGRATIONS
 from tests.conftest import PG_URL, backend
+from tests.support import reconcile_ready
 
 SANDBOX_API_KEY = "snd_reliability_0123456789abcdef"
 
@@ -96,7 +96,7 @@ def reconcile_store(database_url: str) -> Iterator[Store]:
     engine = db.make_engine(database_url)
     try:
         db.upgrade(engine)
-        db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+        reconcile_ready(engine)
         yield Store(engine, retry=RetryPolicy(max_attempts=3, base_seconds=0.0, max_seconds=0.0))
     finally:
         engine.dispose()

@@ -33,13 +33,12 @@ from sqlmodel import Session
 
 from examples.shop.app import create_app
 from examples.shop.models import Order, OrderStatus
-from receiver import WebhookReceiver, db, objects
+from receiver import WebhookReceiver, objects
 from receiver.models import EventStatus, HandlerRun, InboxEvent, Projection
 from receiver.testing import WebhookTestClient
 from reconcile.client import ProcessorClient
 from reconcile.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import SandboxServer
-from reconcile.store import RECONCILE_MIGRATIONS
 from tests.conftest import SECRETS, SECRETS_SPEC, backend
 from tests.reliability._inproc import (
     CARD_DECLINED,
@@ -48,6 +47,7 @@ from tests.reliability._inproc import (
     card_payment,
     strict_app,
 )
+from tests.support import reconcile_ready
 
 pytestmark = pytest.mark.storage
 
@@ -145,14 +145,11 @@ def truth_of(server: SandboxServer, scenario: Scenario) -> dict[str, str]:
         "refund": sandbox.get_refund,
         "dispute": sandbox.get_dispute,
     }
-    return {
-        name: _status(objects.state_of(kind, getters[kind](object_id)))
+    states = {
+        name: objects.state_of(kind, getters[kind](object_id))
         for (kind, object_id), name in scenario.names.items()
     }
-
-
-def _status(state: Any) -> str:
-    return str(state.status if state is not None else None)
+    return {name: state.status for name, state in states.items() if state is not None}
 
 
 def expected_orders(truth: dict[str, str]) -> dict[str, tuple[str, int, str | None]]:
@@ -195,7 +192,7 @@ def shop(database_url: str) -> Iterator[Flask]:
     result = app.test_cli_runner().invoke(args=["init-db"])
     assert result.exit_code == 0, result.output
     engine = WebhookReceiver.state(app).store.engine
-    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    reconcile_ready(engine)
     yield strict_app(app)
     engine.dispose()
 
@@ -208,8 +205,6 @@ class Harness:
         self.engine: sa.Engine = self.state.store.engine
         self.hooks = WebhookTestClient(app, secret=server.sandbox.webhook_secret)
         self.client = ProcessorClient(server.base_url, SANDBOX_API_KEY)
-        # A fresh sandbox account: nothing before hookledger (the reconciler needs to know).
-        self.state.store.set_cutover("new_account", None)
         self.reconciler = Reconciler(self.client, self.state.store)
         self.reconcile_runs = 0
         self.recovered = 0

@@ -47,7 +47,6 @@ from reconcile.client import ProcessorClient, RetryPolicy
 from reconcile.errors import ProcessorError
 from reconcile.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import ApiFaultConfig, SandboxServer, WebhookFaultConfig
-from reconcile.store import RECONCILE_MIGRATIONS
 from tests.conftest import SECRETS, AppFactory
 from tests.reliability._inproc import (
     CARD_DECLINED,
@@ -59,7 +58,7 @@ from tests.reliability._inproc import (
     card_payment_body,
     strict_app,
 )
-from tests.support import serve
+from tests.support import reconcile_ready, serve
 
 pytestmark = pytest.mark.storage
 
@@ -312,9 +311,8 @@ def test_sandbox_client_and_reconcile_show_no_secret_or_card_number(
     app = _receiver_app(make_app)
     state = WebhookReceiver.state(app)
     engine = state.store.engine
-    from receiver import db
 
-    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    reconcile_ready(engine)
     database_url = str(state.settings.database_url)
     with (
         serve(app) as base,
@@ -393,7 +391,6 @@ def test_sandbox_client_and_reconcile_show_no_secret_or_card_number(
         wrong = ProcessorClient(server.base_url, WRONG_API_KEY)
         try:
             options = ReconcileOptions(page_size=2, lock_wait=LOCK_WAIT)
-            state.store.set_cutover("new_account", None)  # a fresh sandbox account
             for client in (patient, hasty, wrong):
                 reconciler = Reconciler(client, state.store)
                 report = reconciler.run(options)
@@ -414,7 +411,7 @@ def test_sandbox_client_and_reconcile_show_no_secret_or_card_number(
 
         # The reconcile command, with the right and with a wrong key.
         runner = CliRunner()
-        # A wrong key: the processor refuses every list (exit 4, see reconcile --help).
+        # A wrong key is the processor refusing: exit 4 (1 means drift found).
         for key, expected_exit in ((SANDBOX_API_KEY, 0), (WRONG_API_KEY, 4)):
             env = {
                 "HOOKLEDGER_DATABASE_URL": database_url,
