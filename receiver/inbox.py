@@ -2,10 +2,11 @@
 
 Dedupe is the unique constraint on ``event_id`` with ``INSERT ... ON CONFLICT DO NOTHING``
 (race-safe across processes and hosts, never check-then-insert). The same ``event_id`` with a
-different body is kept in the conflicts table and flagged. On SQLite the threads of one
-process share their insert transactions (:mod:`receiver.groupcommit`) and the web processes of
-one host queue on a file lock (:mod:`receiver.filelock`), not in SQLite's sleeping busy
-handler.
+different body is kept in the conflicts table and flagged. Of the request headers only an
+allowlist is kept (:mod:`receiver.headers`), the rest dropped before the row is built. On
+SQLite the threads of one process share their insert transactions (:mod:`receiver.groupcommit`)
+and the web processes of one host queue on a file lock (:mod:`receiver.filelock`), not in
+SQLite's sleeping busy handler.
 """
 
 from __future__ import annotations
