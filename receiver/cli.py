@@ -23,18 +23,17 @@ from receiver import db
 from receiver.errors import HookledgerError
 from receiver.events import parse_event
 from receiver.models import EventStatus, InboxEvent
+from receiver.operations import EventFilter
 from receiver.settings import DOCUMENTED, PREFIX
-from receiver.store import EventFilter
+from receiver.state import ReceiverState, receiver_state
 
 ENV_HELP = "Settings (app.config or environment): " + "; ".join(
     f"{PREFIX}{k}: {v}" for k, v in DOCUMENTED.items()
 )
 
 
-def _state() -> Any:
-    from receiver.extension import WebhookReceiver
-
-    return WebhookReceiver.state(current_app)
+def _state() -> ReceiverState:
+    return receiver_state(current_app)
 
 
 def _fail(message: str) -> None:
@@ -275,15 +274,14 @@ def events_cmd(
 @with_appcontext
 def stats_cmd(as_json: bool) -> None:
     """Counts by status and the age of the oldest open event."""
-    store = _state().store
-    counts, age = store.health()
+    counts, age = _state().store.stats()
     payload = {"events": counts, "oldest_open_age_seconds": age}
     if as_json:
         click.echo(json.dumps(payload))
     else:
-        for status, n in sorted(payload["events"].items()):
+        for status, n in sorted(counts.items()):
             click.echo(f"{status:>10} {n}")
-        click.echo(f"oldest open event: {payload['oldest_open_age_seconds']} s")
+        click.echo(f"oldest open event: {age} s")
 
 
 def main() -> None:
@@ -293,4 +291,11 @@ def main() -> None:
     )
     for name, command in hookledger_group.commands.items():
         cli.add_command(command, name)
-    cli.main(prog_name="hookledger")
+    try:
+        cli.main(prog_name="hookledger")
+    except HookledgerError as exc:  # a misconfigured app (init_app refused it): one line
+        _fail(exc.message)
+
+
+if __name__ == "__main__":
+    main()

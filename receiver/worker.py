@@ -17,11 +17,13 @@ from functools import partial
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from receiver.dispatch import Outcome, Work
 from receiver.errors import MalformedEvent
 from receiver.events import parse_event
 from receiver.models import EventStatus
+from receiver.queue import Claimed
 from receiver.registry import Registry
-from receiver.store import Claimed, Outcome, Store, Work
+from receiver.store import Store
 
 log = logging.getLogger("receiver.worker")
 
