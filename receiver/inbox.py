@@ -186,13 +186,20 @@ class Inbox:
         return self._insert_one(conn, values)
 
     def insert_synthesised(
-        self, events: Sequence[tuple[Event, bytes]], *, source: str = Source.RECONCILE
+        self,
+        events: Sequence[tuple[Event, bytes]],
+        *,
+        source: str = Source.RECONCILE,
+        unless_queued: bool = False,
     ) -> dict[str, str]:
         """Insert the reconciler's synthesised events in one transaction (insert-or-ignore).
 
         Returns ``{event_id: "inserted" | <status of the row already there>}``. A synthesised
         id is deterministic per transition while the remote object's body may have changed
         since (a later refund, say), so a different body under a known id is no conflict.
+        With ``unless_queued``, an event whose object already has an event waiting in the
+        inbox (pending or being processed) is not inserted but answered ``"queued"``: what the
+        worker does next may settle the object (checked in the same transaction).
         """
         if not events:
             return {}
@@ -200,7 +207,23 @@ class Inbox:
         rows = [self.row(e, b, source=source, now=now) for e, b in events]
         try:
             with self.storage.engine.begin() as conn:
-                inserted = self._sql.insert_events(conn, rows)
+                waiting: set[str] = set()
+                if unless_queued:
+                    keys = {r["object_key"] for r in rows}
+                    waiting = {
+                        key
+                        for (key,) in conn.execute(
+                            select(EVENT.c.object_key)
+                            .where(
+                                self._sql.among(EVENT.c.object_key, keys),
+                                EVENT.c.status.in_(EventStatus.OPEN),
+                            )
+                            .distinct()
+                        )
+                    }
+                queued = {r["event_id"] for r in rows if r["object_key"] in waiting}
+                rows = [r for r in rows if r["event_id"] not in queued]
+                inserted = self._sql.insert_events(conn, rows) if rows else set()
                 others = [r["event_id"] for r in rows if r["event_id"] not in inserted]
                 found: dict[str, str] = {}
                 if others:
@@ -216,7 +239,9 @@ class Inbox:
             if not is_unavailable(exc):
                 raise
             raise StorageUnavailable() from exc
-        return {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
+        answers = {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
+        answers.update(dict.fromkeys(queued, "queued"))
+        return answers
 
     def row(
         self,
