@@ -209,18 +209,9 @@ class Inbox:
             with self.storage.engine.begin() as conn:
                 waiting: set[str] = set()
                 if unless_queued:
-                    keys = {r["object_key"] for r in rows}
-                    waiting = {
-                        key
-                        for (key,) in conn.execute(
-                            select(EVENT.c.object_key)
-                            .where(
-                                self._sql.among(EVENT.c.object_key, keys),
-                                EVENT.c.status.in_(EventStatus.OPEN),
-                            )
-                            .distinct()
-                        )
-                    }
+                    waiting = self._sql.waiting_objects(
+                        conn, sorted({r["object_key"] for r in rows})
+                    )
                 queued = {r["event_id"] for r in rows if r["object_key"] in waiting}
                 rows = [r for r in rows if r["event_id"] not in queued]
                 inserted = self._sql.insert_events(conn, rows) if rows else set()
@@ -242,6 +233,14 @@ class Inbox:
         answers = {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
         answers.update(dict.fromkeys(queued, "queued"))
         return answers
+
+    def waiting(self, object_keys: Iterable[str]) -> set[str]:
+        """Those of ``object_keys`` (``kind:id``) with an event open in the inbox."""
+        keys = sorted(set(object_keys))
+        if not keys:
+            return set()
+        with self.storage.deferred.connect() as conn:
+            return self._sql.waiting_objects(conn, keys)
 
     def row(
         self,

@@ -139,6 +139,10 @@ class Store:
         """See :meth:`receiver.inbox.Inbox.insert_synthesised`."""
         return self.inbox.insert_synthesised(events, source=source, unless_queued=unless_queued)
 
+    def waiting(self, object_keys: Iterable[str]) -> set[str]:
+        """See :meth:`receiver.inbox.Inbox.waiting`."""
+        return self.inbox.waiting(object_keys)
+
     # -- claim and lease (receiver.queue) -------------------------------------------------
 
     def claim(self, owner: str, lease_seconds: float) -> Claimed | None:

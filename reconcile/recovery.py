@@ -182,10 +182,10 @@ class Recovery:
         if not bodies:
             return
         if self.options.dry_run:
-            queued = self.store.queued(kind, [f.object_id for f, _, _, _ in bodies])
+            waiting = self.inbox.waiting(f"{kind}:{f.object_id}" for f, _, _, _ in bodies)
             for finding, _body, _event_id, _dated_by in bodies:
                 assert finding.event_type is not None
-                if finding.object_id in queued:
+                if f"{kind}:{finding.object_id}" in waiting:
                     tally.queued += 1
                 else:
                     tally.recovered[finding.event_type] += 1

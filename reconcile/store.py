@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import MigrationTree, deferred_begin
-from receiver.models import EventStatus, InboxEvent, Projection
+from receiver.models import InboxEvent, Projection
 from receiver.transitions import State, make_state
 from reconcile.diff import Local
 from reconcile.errors import ReconcileLocked
@@ -237,20 +237,6 @@ class ReconcileStore:
         return {
             r.object_id: Local(make_state(kind, r.status, r.stage), int(r.event_pk)) for r in rows
         }
-
-    def queued(self, kind: str, object_ids: Iterable[str]) -> set[str]:
-        """Those of ``object_ids`` with an event still open in the inbox (pending or being
-        processed): what the worker does next may already settle them."""
-        keys = {f"{kind}:{object_id}": object_id for object_id in object_ids}
-        if not keys:
-            return set()
-        with self.reader.connect() as conn:
-            rows = conn.execute(
-                select(E.c.object_key)
-                .where(E.c.object_key.in_(list(keys)), E.c.status.in_(EventStatus.OPEN))
-                .distinct()
-            ).all()
-        return {keys[row.object_key] for row in rows}
 
     def with_history(self, kind: str, object_ids: Iterable[str]) -> set[str]:
         """Those of ``object_ids`` hookledger has a projection or any stored event of."""
