@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from receiver import signals
 from receiver.errors import PayloadTooLarge, ReceiveError, SignatureError, StorageUnavailable
 from receiver.events import parse_event
 from receiver.signature import SIGNATURE_HEADER, verify
@@ -82,7 +83,9 @@ def receive() -> tuple[Response, int]:
                     "signature_failure": isinstance(exc, SignatureError),
                 },
             )
+        signals.rejected(exc)
         return error_response(exc)
+    signals.received(event, outcome.result, secret_id)
     log.info(
         "webhook %s",
         outcome.result,

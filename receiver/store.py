@@ -42,7 +42,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from receiver import guard
+from receiver import guard, signals
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import deferred_begin
 from receiver.defer import Defer
@@ -493,7 +493,7 @@ class Store:
         )
         log.warning(
             "event_id delivered again with a different body",
-            extra={"action": "conflict", "event_id": event_id},
+            extra={"action": "conflict", "event_id": event_id, "event_type": values["event_type"]},
         )
         return Inserted(result="conflict", pk=int(row.id))
 
@@ -737,7 +737,20 @@ class Store:
         )
         log.error(
             "event dead-lettered: its worker was lost on every attempt",
-            extra={"action": "dead_letter", "event_id": head.event_id},
+            extra={
+                "action": "dead_letter",
+                "event_id": head.event_id,
+                "event_type": head.event_type,
+            },
+        )
+        signals.send(
+            signals.event_dead_lettered,
+            event_id=head.event_id,
+            event_type=head.event_type,
+            source=head.source,
+            object_key=head.object_key,
+            reason="worker lost on every attempt",
+            attempts=int(head.attempts),
         )
 
     def _mark_claimed(
@@ -873,7 +886,11 @@ class Store:
             if len(works) == 1:
                 log.warning(
                     "lease lost before the event was finished; its work is rolled back",
-                    extra={"action": "lease_lost", "event_id": works[0].claimed.event_id},
+                    extra={
+                        "action": "lease_lost",
+                        "event_id": works[0].claimed.event_id,
+                        "event_type": works[0].claimed.event_type,
+                    },
                 )
                 return [Outcome(status="lease_lost", ran=(), failures=())]
             return [self.dispatch_many([work])[0] for work in works]
@@ -1101,7 +1118,11 @@ class Store:
                 log.error(
                     "event dead-lettered after %d attempts",
                     claimed.attempts,
-                    extra={"action": "dead_letter", "event_id": claimed.event_id},
+                    extra={
+                        "action": "dead_letter",
+                        "event_id": claimed.event_id,
+                        "event_type": claimed.event_type,
+                    },
                 )
             else:
                 status = EventStatus.PENDING
