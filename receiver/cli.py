@@ -687,6 +687,14 @@ class _Programs(FlaskGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.commands)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        from flask.cli import NoAppException
+
+        try:
+            return super().invoke(ctx)
+        except NoAppException as exc:  # a usage error, said in one line (not with the usage)
+            _fail(exc.format_message().splitlines()[0])
+
 
 def make_program() -> click.Group:
     """The ``hookledger`` program: hookledger's commands, ``--app``, ``--version``."""

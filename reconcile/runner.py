@@ -236,7 +236,7 @@ class Reconciler:
                 report=report.as_dict(),
                 run_id=run_id,
             )
-            log.info(
+            log.debug(
                 "reconcile run finished: %s",
                 report.status,
                 extra={
