@@ -373,38 +373,55 @@ def find_event(engine: Engine, ref: str) -> EventDetail | None:
     )
 
 
+def _conflicts_query() -> Any:
+    return select(
+        C.c.id,
+        C.c.event_id,
+        C.c.source,
+        C.c.received_at,
+        C.c.body_sha256,
+        C.c.secret_id,
+        E.c.id.label("event_pk"),
+        E.c.event_type,
+    ).select_from(C.outerjoin(E, E.c.event_id == C.c.event_id))
+
+
+def _conflict_row(r: Any) -> ConflictRow:
+    return ConflictRow(
+        id=int(r.id),
+        event_id=r.event_id,
+        source=r.source,
+        received_at=as_utc(r.received_at),
+        body_sha256=r.body_sha256,
+        secret_id=r.secret_id,
+        event_pk=int(r.event_pk) if r.event_pk is not None else None,
+        event_type=r.event_type,
+    )
+
+
+def get_conflict(engine: Engine, conflict_id: int) -> ConflictRow | None:
+    """One conflicting delivery (without its body: :func:`conflict_body`)."""
+    with deferred_begin(engine).connect() as conn:
+        row = conn.execute(_conflicts_query().where(C.c.id == conflict_id)).first()
+    return _conflict_row(row) if row is not None else None
+
+
+def get_run(engine: Engine, run_id: int) -> RunRow | None:
+    """One reconcile run (``None`` when there is none, or no reconciler tables)."""
+    from sqlalchemy import inspect
+
+    with deferred_begin(engine).connect() as conn:
+        if not inspect(conn).has_table("hookledger_recon_run"):
+            return None
+        row = conn.execute(select(RECON_RUN).where(RECON_RUN.c.id == run_id)).first()
+    return _run_row(row) if row is not None else None
+
+
 def list_conflicts(engine: Engine, *, limit: int = 50, offset: int = 0) -> Page:
     """Conflicting deliveries (an event id seen again with another body), newest first."""
-    stmt = (
-        select(
-            C.c.id,
-            C.c.event_id,
-            C.c.source,
-            C.c.received_at,
-            C.c.body_sha256,
-            C.c.secret_id,
-            E.c.id.label("event_pk"),
-            E.c.event_type,
-        )
-        .select_from(C.outerjoin(E, E.c.event_id == C.c.event_id))
-        .order_by(C.c.id.desc())
-        .offset(offset)
-        .limit(limit + 1)
-    )
+    stmt = _conflicts_query().order_by(C.c.id.desc()).offset(offset).limit(limit + 1)
     with deferred_begin(engine).connect() as conn:
-        rows = [
-            ConflictRow(
-                id=int(r.id),
-                event_id=r.event_id,
-                source=r.source,
-                received_at=as_utc(r.received_at),
-                body_sha256=r.body_sha256,
-                secret_id=r.secret_id,
-                event_pk=int(r.event_pk) if r.event_pk is not None else None,
-                event_type=r.event_type,
-            )
-            for r in conn.execute(stmt)
-        ]
+        rows = [_conflict_row(r) for r in conn.execute(stmt)]
     return Page(rows=rows[:limit], offset=offset, limit=limit, has_more=len(rows) > limit)
 
 
@@ -511,6 +528,8 @@ __all__ = [
     "conflict_body",
     "event_pks",
     "find_event",
+    "get_conflict",
+    "get_run",
     "list_conflicts",
     "list_events",
     "reconcile_runs",
