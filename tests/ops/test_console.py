@@ -117,12 +117,12 @@ def test_pages_and_actions(make_app: AppFactory) -> None:
     # Bulk requeue: a dry-run count first, then the confirmation.
     listing = http.get("/hookledger/dead", headers=AUTH).get_data(as_text=True)
     token = _token(listing)
-    count = http.post("/hookledger/dead/requeue", headers=AUTH,
-                      data={"csrf_token": token, "scope": "matching", "type": "", "since": "", "until": ""})  # fmt: skip
+    form = {"csrf_token": token, "scope": "matching", "type": "", "since": "", "until": ""}
+    count = http.post("/hookledger/dead/requeue", headers=AUTH, data=form)
     assert "<strong>1</strong> dead event(s) would be requeued" in count.get_data(as_text=True)
     assert WebhookReceiver.state(app).store.get("evt_dead").status == "dead"  # type: ignore[union-attr]
-    done = http.post("/hookledger/dead/requeue", headers=AUTH,
-                     data={"csrf_token": token, "scope": "selected", "pk": str(pk), "confirm": "yes"})  # fmt: skip
+    form = {"csrf_token": token, "scope": "selected", "pk": str(pk), "confirm": "yes"}
+    done = http.post("/hookledger/dead/requeue", headers=AUTH, data=form)
     assert done.status_code == 302
     assert WebhookReceiver.state(app).store.get("evt_dead").status == "pending"  # type: ignore[union-attr]
 
