@@ -199,6 +199,15 @@ def _run(
             check=True,
             capture_output=True,
         )
+        # The sandbox account is new: nothing happened before hookledger, so the reconciler
+        # may dispatch whatever it finds (an account with history runs `reconcile adopt`).
+        subprocess.run(
+            [sys.executable, "-m", "reconcile", "adopt", "--new-account"],
+            env=env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         stack.enter_context(
             process(
                 [

@@ -128,3 +128,25 @@ def test_pages_and_actions(make_app: AppFactory) -> None:
 
     assert http.get("/hookledger/reconcile", headers=AUTH).status_code == 200
     assert http.get("/hookledger/conflicts", headers=AUTH).status_code == 200
+
+
+def test_the_example_shop_mounts_metrics_and_the_console(database_url: str) -> None:
+    from examples.shop.app import create_app
+    from tests.conftest import SECRETS_SPEC
+
+    app = create_app(
+        {
+            "HOOKLEDGER_DATABASE_URL": database_url,
+            "HOOKLEDGER_SECRETS": SECRETS_SPEC,
+            "HOOKLEDGER_AUTO_MIGRATE": True,
+            "HOOKLEDGER_METRICS_TOKEN": "a-metrics-token-0123456789",
+            "HOOKLEDGER_CONSOLE_PASSWORD": PASSWORD,
+            "SHOP_SECRET_KEY": "shop-secret",
+        }
+    )
+    http = app.test_client()
+    bearer = {"Authorization": "Bearer a-metrics-token-0123456789"}
+    assert http.get("/metrics", headers=bearer).status_code == 200
+    assert http.get("/hookledger/events", headers=AUTH).status_code == 200
+    assert http.get("/hookledger/events").status_code == 401
+    WebhookReceiver.state(app).store.engine.dispose()
