@@ -104,6 +104,10 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # Alembic says "Context impl SQLiteImpl." at INFO whenever a schema is checked.
+    logging.getLogger("alembic").setLevel(
+        logging.NOTSET if level.lower() == "debug" else logging.WARNING
+    )
     return handler
 
 

@@ -304,4 +304,3 @@ def test_reconcile_reports_and_stale_events(browser: Any, console: tuple[Flask, 
         page.click("#conflicts tbody tr >> nth=0 >> a")
     assert "dispute" in page.inner_text("#conflicting")
     context.close()
-
