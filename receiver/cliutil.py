@@ -104,6 +104,8 @@ def run_main(
     prog: str, command: click.Command, *, upgrade: str = "hookledger db upgrade", **kwargs: Any
 ) -> NoReturn:
     """Run a click command as a program: errors become one line and an exit code."""
+    global _PROGRAM
+    _PROGRAM = True
     try:
         command.main(prog_name=prog, **kwargs)
     except SystemExit:
@@ -117,12 +119,24 @@ def run_main(
     sys.exit(0)  # pragma: no cover - click's main exits itself
 
 
+#: Set by :func:`run_main`: hookledger's own programs set up logging even without options.
+_PROGRAM = False
+
+
+def running_as_program() -> bool:
+    """Whether :func:`run_main` runs this process's command (not ``flask ...`` or a test's
+    CLI runner, where the app's own logging setup is left alone)."""
+    return _PROGRAM
+
+
 def _configure(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     root = ctx.find_root()
     chosen: dict[str, str] = root.meta.setdefault(_META, {})
     if value is not None:
         chosen[str(param.name)] = value
-    elif str(param.name) in chosen:
+    elif str(param.name) in chosen or not (_PROGRAM or chosen):
+        # Under `flask hookledger ...` (or a test's CLI runner) without a log option, the
+        # app's own logging setup stays as it is.
         return
     default = getattr(ctx.command, _DEFAULT_LEVEL_ATTR, "warning")
     configure_logging(chosen.get("log_level", default), chosen.get("log_format", "text"))

@@ -84,6 +84,22 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str, ensure_ascii=False)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (a test runner or a
+    CLI runner swaps it; a handler bound to the old one would write to a closed file)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: IO[str]) -> None:
+        pass
+
+
 def configure_logging(
     level: str = "info", fmt: str = "text", *, stream: IO[str] | None = None
 ) -> logging.Handler:
@@ -96,7 +112,9 @@ def configure_logging(
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, not {level!r}")
     if fmt.lower() not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler: logging.Handler = (
+        logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    )
     handler.setFormatter(JsonFormatter() if fmt.lower() == "json" else TextFormatter())
     setattr(handler, _MARK, True)
     root = logging.getLogger()

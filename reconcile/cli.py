@@ -4,7 +4,7 @@ Exit codes (also in ``--help`` and the README):
 
 - 0: reconciled; nothing is wrong;
 - 1: drift found that the run could not mend (see the report's unresolved items);
-- 2: usage or configuration error (an API key the processor refuses included);
+- 2: usage or configuration error;
 - 3: another run holds the lock;
 - 4: the processor could not be read completely (an API or transport failure, a listing
   that was stuck or ran out of budget, sweep objects left overdue); the report says where;
@@ -29,7 +29,7 @@ import click
 from sqlalchemy.exc import OperationalError
 
 from receiver import db
-from receiver.cliutil import add_log_options, long_running, run_main
+from receiver.cliutil import add_log_options, long_running, run_main, running_as_program
 from receiver.errors import ConfigurationError, HookledgerError, StorageUnavailable
 from receiver.signature import parse_secrets
 from receiver.store import Store
@@ -50,8 +50,7 @@ EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
 EXIT_PROCESSOR, EXIT_DATABASE, EXIT_NOT_ADOPTED = 4, 5, 6
 
 EXIT_HELP = (
-    "Exit codes: 0 reconciled, 1 drift found, 2 usage or configuration error (a refused API "
-    "key included), 3 another run "
+    "Exit codes: 0 reconciled, 1 drift found, 2 usage or configuration error, 3 another run "
     "holds the lock, 4 the processor could not be read completely, 5 database unreachable, "
     "6 no adoption record (run `reconcile adopt`)."
 )
@@ -191,22 +190,25 @@ class Context:
 
 
 def _probe_key(client: ProcessorClient) -> None:
-    """One request that needs the key, before a run: a refused key is a configuration error
-    (one line, exit 2), not an incomplete run with an error per kind. An unknown payment id
-    answers 404 to a good key."""
+    """One request that needs the key, before a run: a refused key is one line and exit 4
+    (the processor could not be read), not a report with an error per kind. An unknown
+    payment id answers 404 to a good key."""
     from reconcile.errors import AuthenticationError, ProcessorError
 
+    refused: str | None = None
     try:
         client.get_payment("pay_hookledger_key_check")
     except AuthenticationError as exc:
-        client.close()
-        code = f" ({exc.code})" if getattr(exc, "code", None) else ""
-        _fail(
-            f"the processor refused the API key{code}: check HOOKLEDGER_API_KEY (and that it "
-            "belongs to this processor and environment)"
-        )
+        refused = f" ({exc.code})" if getattr(exc, "code", None) else ""
     except ProcessorError:
         pass  # a good key (not found), or a problem the run itself will report
+    if refused is not None:
+        client.close()
+        _fail(
+            f"the processor refused the API key{refused}: check HOOKLEDGER_API_KEY (and that "
+            "it belongs to this processor and environment)",
+            EXIT_PROCESSOR,
+        )
 
 
 def _options_from_env(**kwargs: Any) -> ReconcileOptions:
@@ -317,7 +319,7 @@ def cli(
     environment: str | None,
     verbose: int,
 ) -> None:
-    if verbose:  # -v/-vv: more than --log-level (which also configured the output)
+    if verbose and running_as_program():  # -v/-vv: as --log-level info/debug
         logging.getLogger().setLevel([logging.INFO, logging.DEBUG][min(verbose, 2) - 1])
     ctx.obj = Context(database_url, processor_url, environment)
     if ctx.invoked_subcommand is None:

@@ -112,7 +112,7 @@ def test_reconcile_mistakes_are_one_line(tmp_path: Path) -> None:
         refused = run("run", program="reconcile", HOOKLEDGER_DATABASE_URL=sqlite,
                       HOOKLEDGER_PROCESSOR_URL=sandbox.base_url,
                       HOOKLEDGER_API_KEY="snd_wrong_key_0000000000")  # fmt: skip
-        one_line(refused, 2, "API key")
+        one_line(refused, 4, "API key")
         assert "snd_wrong_key" not in refused.stderr
         one_line(run("run", program="reconcile", HOOKLEDGER_DATABASE_URL=sqlite,
                      HOOKLEDGER_PROCESSOR_URL=sandbox.base_url,

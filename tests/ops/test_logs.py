@@ -23,7 +23,7 @@ def restore_root() -> object:
 def test_text_lines_show_the_extra_fields(restore_root: object) -> None:
     out = io.StringIO()
     configure_logging("info", "text", stream=out)
-    logging.getLogger("receiver.worker").warning(
+    logging.getLogger("hookledger.test.logs").warning(
         "handler failed: %s",
         "boom",
         extra={
@@ -34,7 +34,7 @@ def test_text_lines_show_the_extra_fields(restore_root: object) -> None:
         },
     )
     line = out.getvalue().strip()
-    assert "WARNING receiver.worker handler failed: boom" in line
+    assert "WARNING hookledger.test.logs handler failed: boom" in line
     assert line.endswith(
         'action=handler_failed event_id=evt_1 event_type=payment_succeeded handler="h x"'
     )
@@ -47,7 +47,7 @@ def test_json_lines_are_one_object_each_with_the_traceback(restore_root: object)
     try:
         raise ValueError("bad")
     except ValueError:
-        logging.getLogger("x").exception("failed", extra={"event_id": "evt_2"})
+        logging.getLogger("hookledger.test.json").exception("failed", extra={"event_id": "evt_2"})
     lines = out.getvalue().strip().splitlines()
     assert len(lines) == 1
     data = json.loads(lines[0])
