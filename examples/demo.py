@@ -1,11 +1,20 @@
 """The end-to-end demo: ``./run demo`` (or ``python -m examples.demo``).
 
-On SQLite, with nothing to install: starts the sandbox processor, the example shop's web
-process (gunicorn, as in the Procfile) and its worker; places a batch of orders that are
-paid, declined, refunded and disputed while the sandbox drops, duplicates, delays and
-reorders a share of the webhooks; runs one reconciliation (``python -m reconcile run``);
-then prints every order beside what the processor says, and the reconcile report.
-Exits 0 only when every order agrees with the processor.
+On SQLite, with nothing to install:
+
+1. a shop that already trades: the sandbox processor holds payments its orders were paid
+   and shipped with before hookledger existed (their webhooks went elsewhere);
+2. going live: ``reconcile adopt`` records that history as already seen (nothing runs);
+3. the shop's web process (gunicorn, as in the Procfile) and worker start; orders are
+   placed (the checkout confirms server-side and ships from the API response through
+   ``hooks.observe``), paid, declined, refunded and disputed, while the sandbox drops,
+   duplicates, delays and reorders a share of the webhooks;
+4. ``reconcile run`` recovers what the webhooks missed (the events API and the lists);
+5. a late change no webhook ever announces (a won dispute taken to pre-arbitration on the
+   same dispute) is recovered by the next run's open-object sweep;
+6. every order is printed beside what the processor says, with the reports.
+
+Exits 0 only when every order agrees with the processor and no order shipped twice.
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ from typing import Any
 
 import requests
 
+from examples.shop.models import Order, OrderStatus
+from receiver import db as hookledger_db
+from receiver.store import Store
 from reconcile.sandbox import SandboxServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,11 +180,13 @@ def _run(
         PYTHONPATH=str(ROOT),
     )
     print(f"demo: work folder {work}")
+    admin_key = "demo_admin_" + secrets.token_hex(8)
     with ExitStack() as stack:
         sandbox_server = stack.enter_context(
             SandboxServer(
                 api_key,
-                webhook_url=f"{shop_url}/webhooks/",
+                admin_api_key=admin_key,
+                webhook_url=None,  # before hookledger: webhooks went to the old system
                 webhook_secret=secret,
                 retry_schedule=[0.5, 1.0],  # then the sandbox gives up: reconcile must catch it
                 seed=args.seed,
@@ -180,34 +194,29 @@ def _run(
         )
         sandbox = sandbox_server.sandbox
         env["HOOKLEDGER_PROCESSOR_URL"] = sandbox_server.base_url
+        env["HOOKLEDGER_ADMIN_API_KEY"] = admin_key
+        env["HOOKLEDGER_MERCHANT_ID"] = sandbox.merchant_id
+        # The demo lives in seconds, not weeks: short overlaps and sweep intervals.
+        env["HOOKLEDGER_RECONCILE_OVERLAP_MINUTES"] = "0"
+        env["HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS"] = "1"
         print(f"demo: sandbox processor at {sandbox_server.base_url}")
 
-        init = subprocess.run(
-            [str(BIN / "flask"), "--app", "examples.shop.app:create_app", "init-db"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        if init.returncode != 0:
-            print(init.stdout + init.stderr, file=sys.stderr)
+        if not _init_db(env):
             return 2
-        subprocess.run(
-            [sys.executable, "-m", "reconcile", "db", "upgrade"],
-            env=env,
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
+        legacy = _legacy_orders(sandbox, database_url, LEGACY)
+        print(
+            f"demo: the shop already trades: {len(legacy)} orders paid and shipped before "
+            "hookledger"
         )
-        # The sandbox account is new: nothing happened before hookledger, so the reconciler
-        # may dispatch whatever it finds (an account with history runs `reconcile adopt`).
-        subprocess.run(
-            [sys.executable, "-m", "reconcile", "adopt", "--new-account"],
-            env=env,
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
+        adopt = _reconcile(env, "adopt", "--json")
+        if adopt is None:
+            return 2
+        recorded = sum(k["recorded_total"] for k in adopt["kinds"].values())
+        print(
+            f"demo: reconcile adopt: {recorded} object(s) recorded as already seen, nothing "
+            f"dispatched; cut-over {adopt['cutover_at']}"
         )
+        sandbox.webhook_url = f"{shop_url}/webhooks/"
         stack.enter_context(
             process(
                 [
@@ -274,34 +283,38 @@ def _run(
                 if s.refund:
                     sandbox.create_refund({"payment_id": payment_id, "amount": s.refund})
                 if s.dispute_end:
-                    dispute = next(
-                        d for d in sandbox.list_disputes([]) if d["payment_id"] == payment_id
-                    )
+                    dispute = _dispute_of(sandbox, payment_id)
                     if s.dispute_end == "win":
                         sandbox.dispute_action(dispute["dispute_id"], "challenge")
                     sandbox.dispute_action(dispute["dispute_id"], s.dispute_end)
         print(f"demo: {len(plan)} orders placed; waiting for webhooks (with faults) to settle")
         sandbox.flush_webhooks(60)
         stats = sandbox.stats()
-        _wait_idle(shop_url)
+        _wait_idle(database_url)
 
-        print("demo: running one reconciliation: python -m reconcile run")
-        recon = subprocess.run(
-            [sys.executable, "-m", "reconcile", "run", "--json"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        try:
-            report = json.loads(recon.stdout)
-        except json.JSONDecodeError:
-            report = None
-        if recon.returncode not in (0, 1) or report is None:
-            print(recon.stdout + recon.stderr, file=sys.stderr)
+        print("demo: running a reconciliation: python -m reconcile run")
+        report = _reconcile(env, "run", "--json")
+        if report is None:
             return 2
-        _wait_idle(shop_url)
+        _wait_idle(database_url)
+
+        # A late change no webhook announces: the processor sends one webhook per event type
+        # and dispute_opened was sent, so a won dispute taken to pre-arbitration on the same
+        # dispute is silent. Only the open-object sweep can see it.
+        late = next(s for s in plan if s.dispute_end == "win")
+        reopened = _dispute_of(sandbox, f"pay_{late.order_id}")
+        sandbox.dispute_action(reopened["dispute_id"], "pre_arbitration")
+        late.dispute_end = "win, then pre-arbitration"
+        time.sleep(4)  # past the next check of the dispute (1 s minimum in the demo)
+        print(
+            f"demo: late change: {late.order_id}'s won dispute reopened at pre-arbitration "
+            "(no webhook); running the next reconciliation"
+        )
+        second = _reconcile(env, "run", "--json")
+        if second is None:
+            return 2
+        _wait_idle(database_url)
+        swept = second["sweep"]["disputes"]["recovered"]
 
         orders = {o["id"]: o for o in requests.get(f"{shop_url}/orders", timeout=10).json()}
         rows, agree = [], 0
@@ -322,6 +335,7 @@ def _run(
                     "ok" if ok else "MISMATCH",
                 )
             )
+        shipped = {o["id"]: o["shipments"] for o in orders.values()}
 
     print()
     header = ("order", "scenario", "processor says", "shop says", "message", "")
@@ -329,20 +343,138 @@ def _run(
     for row in [header, *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)))
     print()
-    from reconcile.cli import render
+    from reconcile.report import render
 
     print(render(report))
+    print()
+    print(render(second))
     print()
     print(
         "webhook faults injected by the sandbox: "
         + ", ".join(f"{k} {v}" for k, v in sorted(_fault_counts(stats).items()))
     )
+    twice = sorted(order for order, n in shipped.items() if n > 1)
+    paid_once = sum(1 for n in shipped.values() if n == 1)
+    print(
+        f"demo: shipments: {paid_once} orders shipped once (the {len(legacy)} shipped before "
+        f"hookledger among them), {len(twice)} twice{': ' + ', '.join(twice) if twice else ''}"
+    )
+    print(
+        f"demo: late change recovered by the sweep: "
+        f"{', '.join(f'{n} x {t}' for t, n in swept.items()) or 'nothing'}"
+    )
     verdict = "all agree" if agree == len(rows) else f"{len(rows) - agree} disagree"
+    recovered = report["totals"].get("recovered", 0) + second["totals"].get("recovered", 0)
     print(
         f"demo: {agree}/{len(rows)} orders match the processor ({verdict}); "
-        f"reconcile recovered {report['totals'].get('recovered', 0)} missed event(s)"
+        f"reconcile recovered {recovered} missed transition(s)"
     )
-    return 0 if agree == len(rows) and report["status"] == "ok" else 1
+    healthy = (
+        agree == len(rows)
+        and not twice
+        and report["status"] == second["status"] == "ok"
+        and swept == {"dispute_opened": 1}
+    )
+    return 0 if healthy else 1
+
+
+#: Orders the shop took (and shipped) before it installed hookledger.
+LEGACY = 3
+
+
+def _init_db(env: dict[str, str]) -> bool:
+    init = subprocess.run(
+        [str(BIN / "flask"), "--app", "examples.shop.app:create_app", "init-db"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if init.returncode != 0:
+        print(init.stdout + init.stderr, file=sys.stderr)
+        return False
+    upgrade = subprocess.run(
+        [sys.executable, "-m", "reconcile", "db", "upgrade"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if upgrade.returncode != 0:
+        print(upgrade.stdout + upgrade.stderr, file=sys.stderr)
+        return False
+    return True
+
+
+def _legacy_orders(sandbox: Any, database_url: str, count: int) -> list[str]:
+    """Orders paid (by the sandbox) and shipped (by the shop's old code) before hookledger."""
+    from sqlmodel import Session
+
+    engine = hookledger_db.make_engine(database_url)
+    made = []
+    try:
+        with Session(engine) as session:
+            for n in range(count):
+                order_id = f"old_{n:03d}"
+                payment = sandbox.create_payment(
+                    {
+                        "amount": 4200,
+                        "currency": "USD",
+                        "payment_id": f"pay_{order_id}",
+                        "confirm": True,
+                        "payment_method": "card",
+                        "payment_method_type": "credit",
+                        "payment_method_data": {
+                            "card": {
+                                "card_number": CARDS["paid"],
+                                "card_exp_month": "12",
+                                "card_exp_year": "2030",
+                                "card_cvc": "123",
+                            }
+                        },
+                        "metadata": {"order_id": order_id},
+                    }
+                )
+                session.add(
+                    Order(
+                        id=order_id,
+                        amount=4200,
+                        currency="USD",
+                        status=OrderStatus.PAID,
+                        payment_id=payment["payment_id"],
+                        shipments=1,
+                        history="shipped by the shop's old code;",
+                    )
+                )
+                made.append(order_id)
+            session.commit()
+    finally:
+        engine.dispose()
+    return made
+
+
+def _reconcile(env: dict[str, str], *args: str) -> dict[str, Any] | None:
+    done = subprocess.run(
+        [sys.executable, "-m", "reconcile", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    try:
+        result: dict[str, Any] = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        result = {}
+    if done.returncode != 0 or not result:
+        print(f"reconcile {args[0]} exited {done.returncode}", file=sys.stderr)
+        print(done.stdout + done.stderr, file=sys.stderr)
+        return None
+    return result
+
+
+def _dispute_of(sandbox: Any, payment_id: str) -> dict[str, Any]:
+    return next(d for d in sandbox.list_disputes([]) if d["payment_id"] == payment_id)
 
 
 def _fault_counts(stats: dict[str, Any]) -> dict[str, int]:
@@ -350,13 +482,20 @@ def _fault_counts(stats: dict[str, Any]) -> dict[str, int]:
     return {name: len(ids) for name, ids in applied.items()}
 
 
-def _wait_idle(shop_url: str) -> None:
-    def idle() -> bool:
-        health = requests.get(f"{shop_url}/webhooks/health", timeout=5).json()
-        events = health["events"]
-        return not events.get("pending") and not events.get("processing")
+def _wait_idle(database_url: str) -> None:
+    """Until the worker has nothing open (the counts come from the database: health
+    endpoints do not show them)."""
+    engine = hookledger_db.make_engine(database_url)
+    store = Store(engine)
+    try:
 
-    wait_for(idle, 120, "the worker to finish", interval=0.3)
+        def idle() -> bool:
+            counts = store.counts()
+            return not counts.get("pending") and not counts.get("processing")
+
+        wait_for(idle, 120, "the worker to finish", interval=0.3)
+    finally:
+        engine.dispose()
 
 
 if __name__ == "__main__":

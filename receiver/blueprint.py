@@ -8,24 +8,23 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from receiver import signals
-from receiver.errors import PayloadTooLarge, ReceiveError, SignatureError, StorageUnavailable
+from receiver.db import head_revision
+from receiver.errors import (
+    PayloadTooLarge,
+    ReceiveError,
+    SchemaNotReady,
+    SignatureError,
+    StorageUnavailable,
+)
 from receiver.events import parse_event
 from receiver.signature import SIGNATURE_HEADER, verify
-
-if TYPE_CHECKING:
-    from receiver.extension import ReceiverState
+from receiver.state import receiver_state
 
 log = logging.getLogger("receiver.blueprint")
-
-
-def _state() -> ReceiverState:
-    state: ReceiverState = current_app.extensions["hookledger"]
-    return state
 
 
 def error_response(exc: ReceiveError) -> tuple[Response, int]:
@@ -53,7 +52,7 @@ def _db_reason(exc: BaseException) -> str:
 
 
 def receive() -> tuple[Response, int]:
-    state = _state()
+    state = receiver_state()
     remote = request.remote_addr
     try:
         body = _read_body(state.settings.max_body_bytes)
@@ -102,19 +101,45 @@ def receive() -> tuple[Response, int]:
     return Response(payload, mimetype="application/json"), 200
 
 
-def health() -> tuple[Response, int]:
-    state = _state()
+_OK = json.dumps({"status": "ok"})
+
+
+def live() -> tuple[Response, int]:
+    """Liveness: the process answers. No database, no lock, no state: restart it if not."""
+    return Response(_OK, mimetype="application/json"), 200
+
+
+def ready() -> tuple[Response, int]:
+    """Readiness: the database answers a trivial read and hookledger's schema is at head.
+
+    One read of a one-row table in a read-only transaction, whatever the size of the inbox:
+    on SQLite it never takes or waits for the write lock, so health checks neither slow down
+    nor are slowed down by the receipt of webhooks. It shows no counts (they are for
+    operators: ``hookledger stats``).
+    """
+    state = receiver_state()
     try:
-        counts, age = state.store.health()
-    except Exception as exc:  # noqa: BLE001 - any storage failure means "not healthy"
-        log.error("health check failed: %s", type(exc).__name__, extra={"action": "health"})
+        revision = state.store.schema_revision()
+    except Exception as exc:  # noqa: BLE001 - any storage failure means "not ready"
+        log.error("readiness check failed: %s", _db_reason(exc), extra={"action": "health"})
         return error_response(StorageUnavailable())
-    payload: dict[str, Any] = {"status": "ok", "events": counts, "oldest_open_age_seconds": age}
-    return jsonify(payload), 200
+    if revision != head_revision():
+        log.error(
+            "readiness check failed: schema at %s, expected %s",
+            revision,
+            head_revision(),
+            extra={"action": "health"},
+        )
+        return error_response(SchemaNotReady())
+    return Response(_OK, mimetype="application/json"), 200
 
 
 def make_blueprint() -> Blueprint:
+    """``POST /`` receives; ``GET /health/live`` and ``GET /health/ready`` probe; ``GET
+    /health`` is readiness too (the route's former name, kept for existing monitors)."""
     bp = Blueprint("hookledger", __name__)
     bp.add_url_rule("/", "receive", receive, methods=["POST"], strict_slashes=False)
-    bp.add_url_rule("/health", "health", health, methods=["GET"])
+    bp.add_url_rule("/health/live", "live", live, methods=["GET"])
+    bp.add_url_rule("/health/ready", "ready", ready, methods=["GET"])
+    bp.add_url_rule("/health", "health", ready, methods=["GET"])
     return bp

@@ -38,9 +38,10 @@ from receiver.cliutil import (
 from receiver.errors import HookledgerError
 from receiver.events import parse_event
 from receiver.models import EventStatus, InboxEvent, Source
+from receiver.operations import EventFilter
 from receiver.redact import mask_body, mask_headers
 from receiver.settings import DOCUMENTED, PREFIX, SECRETS_OPTIONAL
-from receiver.store import EventFilter
+from receiver.state import ReceiverState, receiver_state
 
 ENV_HELP = "Settings (app.config or environment): " + "; ".join(
     f"{PREFIX}{k}: {v}" for k, v in DOCUMENTED.items()
@@ -54,10 +55,8 @@ EXIT_HELP = (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _state() -> Any:
-    from receiver.extension import WebhookReceiver
-
-    return WebhookReceiver.state(current_app)
+def _state() -> ReceiverState:
+    return receiver_state(current_app)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -609,14 +608,14 @@ def conflicts_cmd(limit: int, offset: int, as_json: bool) -> None:
 def stats_cmd(as_json: bool) -> None:
     """Counts by status and the age of the oldest open event."""
     _engine()
-    counts, age = _state().store.health()
+    counts, age = _state().store.stats()
     payload = {"events": counts, "oldest_open_age_seconds": age}
     if as_json:
         click.echo(json.dumps(payload))
     else:
-        for status, n in sorted(payload["events"].items()):
+        for status, n in sorted(counts.items()):
             click.echo(f"{status:>10} {n}")
-        click.echo(f"oldest open event: {payload['oldest_open_age_seconds']} s")
+        click.echo(f"oldest open event: {age} s")
 
 
 @hookledger_group.command("status")
@@ -716,3 +715,7 @@ def make_program() -> click.Group:
 def main() -> None:
     """``hookledger --app module:create_app <command>``."""
     run_main("hookledger", make_program())
+
+
+if __name__ == "__main__":
+    main()

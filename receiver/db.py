@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,9 @@ def current_revision(engine: Engine, tree: MigrationTree = RECEIVER_MIGRATIONS) 
         return context.get_current_revision()
 
 
+@lru_cache(maxsize=8)
 def head_revision(tree: MigrationTree = RECEIVER_MIGRATIONS) -> str | None:
+    """The latest migration of ``tree`` (read once per process: the files do not change)."""
     script = ScriptDirectory.from_config(_alembic_config(create_engine("sqlite://"), tree))
     return script.get_current_head()
 

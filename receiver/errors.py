@@ -62,6 +62,14 @@ class StorageUnavailable(ReceiveError):
     error_type = "api_error"
 
 
+class SchemaNotReady(ReceiveError):
+    """hookledger's schema is not at the latest migration: run `hookledger db upgrade`."""
+
+    http_status = 503
+    code = "HL_05"
+    error_type = "api_error"
+
+
 class UnknownEventType(HookledgerError, ValueError):
     """The event type is not one of the processor's event types."""
 

@@ -17,42 +17,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flask import Flask, current_app
+from flask import Flask
 from sqlalchemy.orm import Session
 
 from receiver import db
 from receiver.blueprint import make_blueprint
+from receiver.cli import hookledger_group
 from receiver.registry import Registry
 from receiver.settings import Settings
+from receiver.state import EXTENSION_KEY, ReceiverState, receiver_state
 from receiver.store import RetryPolicy, Store
-from receiver.worker import Worker, WorkerConfig
 
 if TYPE_CHECKING:
     from receiver.observe import Observation
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-EXTENSION_KEY = "hookledger"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ReceiverState:
-    """What ``init_app`` leaves in ``app.extensions["hookledger"]``."""
-
-    settings: Settings
-    store: Store
-    registry: Registry
-
-    def worker(self, *, name: str | None = None, **overrides: float) -> Worker:
-        config = WorkerConfig(
-            lease_seconds=overrides.get("lease_seconds", self.settings.lease_seconds),
-            poll_interval=overrides.get("poll_interval", self.settings.poll_interval),
-            batch_size=int(overrides.get("batch_size", self.settings.batch_size)),
-        )
-        return Worker(self.store, self.registry, config, name=name)
 
 
 class WebhookReceiver:
@@ -91,6 +72,7 @@ class WebhookReceiver:
         store = Store(
             engine,
             write_wait=settings.sqlite_busy_timeout,
+            headers=settings.stored_headers,
             retry=RetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_seconds=settings.backoff_base,
@@ -103,20 +85,13 @@ class WebhookReceiver:
         state = ReceiverState(settings=settings, store=store, registry=self.registry)
         app.extensions[EXTENSION_KEY] = state
         app.register_blueprint(make_blueprint(), url_prefix=settings.url_prefix)
-        from receiver.cli import hookledger_group
-
         if "hookledger" not in app.cli.commands:
             app.cli.add_command(hookledger_group)
 
     @staticmethod
     def state(app: Flask | None = None) -> ReceiverState:
         """The receiver state of ``app`` (or of the current app)."""
-        target = app if app is not None else current_app
-        try:
-            state: ReceiverState = target.extensions[EXTENSION_KEY]
-        except KeyError:
-            raise RuntimeError("WebhookReceiver.init_app(app) was not called") from None
-        return state
+        return receiver_state(app)
 
     def observe(
         self,
@@ -187,3 +162,6 @@ class WebhookReceiver:
     def drain(self, app: Flask) -> int:
         """Run every due event's handlers inline (tests, scripts); return how many ran."""
         return self.state(app).worker(name="inline").drain()
+
+
+__all__ = ["EXTENSION_KEY", "ReceiverState", "WebhookReceiver"]

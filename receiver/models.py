@@ -58,6 +58,11 @@ class EventStatus:
     ALL = (PENDING, PROCESSING, DONE, STALE, DUPLICATE, DEAD)
 
 
+#: How a deferred event's ``last_error`` begins (the handler's reason follows); it is
+#: ``pending`` meanwhile.
+DEFERRED_PREFIX = "deferred: "
+
+
 class Source:
     """Where an inbox row came from."""
 
@@ -189,6 +194,10 @@ class Transition(Base, table=True):
     state: str = Field(primary_key=True, max_length=140)
     event_pk: int = Field(sa_column=Column(BigInteger, nullable=False))
     created_at: datetime
+
+
+#: The one row of ``hookledger_cutover``.
+CUTOVER_NAME = "cutover"
 
 
 class CutOver(Base, table=True):

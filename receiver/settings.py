@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from receiver.errors import ConfigurationError
+from receiver.headers import DEFAULT_STORED_HEADERS, parse_header_names
 from receiver.signature import Secret, parse_secrets
 
 PREFIX = "HOOKLEDGER_"
@@ -37,6 +38,9 @@ DOCUMENTED: Mapping[str, str] = {
     "DEFER_LIMIT": "seconds after receipt an event may still be deferred by a handler "
     "(default 86400), then it is dead-lettered",
     "AUTO_MIGRATE": "apply hookledger's migrations in init_app (default off; for development)",
+    "STORED_HEADERS": "request headers stored with each webhook besides "
+    + ", ".join(sorted(DEFAULT_STORED_HEADERS))
+    + " (comma-separated names; all others are dropped before storage)",
 }
 
 
@@ -61,6 +65,8 @@ class Settings:
     sqlite_busy_timeout: float = 5.0
     defer_limit: float = 86_400.0
     auto_migrate: bool = False
+    #: Header names (lower case) stored besides :data:`receiver.headers.DEFAULT_STORED_HEADERS`.
+    stored_headers: tuple[str, ...] = ()
 
     @classmethod
     def resolve(
@@ -103,6 +109,7 @@ class Settings:
                 sqlite_busy_timeout=float(get("SQLITE_BUSY_TIMEOUT", 5.0)),
                 defer_limit=float(get("DEFER_LIMIT", 86_400.0)),
                 auto_migrate=_bool(get("AUTO_MIGRATE", False)),
+                stored_headers=parse_header_names(get("STORED_HEADERS")),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid hookledger setting: {exc}") from exc

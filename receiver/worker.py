@@ -24,12 +24,14 @@ from sqlalchemy.orm import Session
 from receiver import signals
 from receiver.clock import as_utc
 from receiver.defer import Defer
+from receiver.dispatch import HandlerCall, Outcome, Work
 from receiver.errors import MalformedEvent
 from receiver.events import parse_event
 from receiver.heartbeat import Beater
 from receiver.models import EventStatus, InboxEvent
+from receiver.queue import Claimed
 from receiver.registry import Registry
-from receiver.store import Claimed, HandlerCall, Outcome, Store, Work
+from receiver.store import Store
 
 log = logging.getLogger("receiver.worker")
 

@@ -38,6 +38,7 @@ from typing import Any, Final, Literal
 from sqlalchemy import Table, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from receiver import status as statuses
 from receiver import transitions
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.guard import ADOPTED
@@ -552,10 +553,24 @@ class Backfill:
             remotes = recovery.read(kind, rows, part)
             adopted = _adopted(r.inbox, kind, [x.object_id for x in remotes])
             chosen = [x for x in remotes if x.object_id in adopted]
-            if not dry_run:
-                _forget(r.inbox, kind, [x.object_id for x in chosen])
-            recovery.process(kind, chosen, part, confirm_ahead=False)
             part.pages, part.requests = pager.pages, pager.requests
+            if dry_run:
+                # What adoption recorded is, to the diff, in sync: count what a backfill would
+                # dispatch (each object's current state, where the processor sends an event).
+                for remote in chosen:
+                    part.checked += 1
+                    event_type = (
+                        statuses.event_type_for_status(kind, remote.state.status)
+                        if remote.state is not None
+                        else None
+                    )
+                    if event_type is None:
+                        part.no_event += 1
+                    else:
+                        part.recovered[event_type] += 1
+                continue
+            _forget(r.inbox, kind, [x.object_id for x in chosen])
+            recovery.process(kind, chosen, part, confirm_ahead=False)
         return report
 
 

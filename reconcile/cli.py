@@ -65,7 +65,9 @@ ENV_HELP = (
     "HOOKLEDGER_PAYOUTS_LIST (get|post), HOOKLEDGER_RECONCILE_OVERLAP_MINUTES (60), "
     "HOOKLEDGER_RECONCILE_LOOKBACK_HOURS (48), HOOKLEDGER_RECONCILE_MAX_REQUESTS (per listed "
     "window, 2000), HOOKLEDGER_SWEEP_BUDGET (requests per run, 500), "
-    "HOOKLEDGER_SWEEP_HORIZON_DAYS (e.g. 'payment=30,dispute=180')."
+    "HOOKLEDGER_SWEEP_HORIZON_DAYS (e.g. 'payment=30,dispute=180'), "
+    "HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS (600: the least time between two checks of an "
+    "object)."
 )
 
 log = logging.getLogger("reconcile.cli")
@@ -108,6 +110,13 @@ def _horizons() -> dict[str, timedelta]:
             )
         horizons[kind] = timedelta(days=value)
     return horizons
+
+
+def _sweep_policy() -> SweepPolicy:
+    minimum = _env_float("HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS", 600.0)
+    if minimum <= 0:
+        _fail("HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS must be positive")
+    return SweepPolicy(horizons=_horizons(), min_interval=timedelta(seconds=minimum))
 
 
 class Context:
@@ -222,7 +231,7 @@ def _options_from_env(**kwargs: Any) -> ReconcileOptions:
             merchant_id=env.get("HOOKLEDGER_MERCHANT_ID") or None,
             max_requests=int(_env_float("HOOKLEDGER_RECONCILE_MAX_REQUESTS", 2000)) or 1,
             sweep_budget=int(_env_float("HOOKLEDGER_SWEEP_BUDGET", 500)),
-            sweep_policy=SweepPolicy(horizons=_horizons()),
+            sweep_policy=_sweep_policy(),
             **kwargs,
         )
     except ValueError as exc:
@@ -498,7 +507,7 @@ def adopt_cmd(
                         dry_run=dry_run,
                         payments_dialect=env.get("HOOKLEDGER_PAYMENTS_LIST", "hyperswitch"),  # type: ignore[arg-type]
                         payouts_dialect=env.get("HOOKLEDGER_PAYOUTS_LIST", "get"),  # type: ignore[arg-type]
-                        sweep_policy=SweepPolicy(horizons=_horizons()),
+                        sweep_policy=_sweep_policy(),
                     )
                 )
     finally:

@@ -11,6 +11,7 @@ be stored is reported and skipped, never an error of the run.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +40,9 @@ class RecoveryOptions:
     dry_run: bool = False
     #: The inbox source of synthesised events (``backfill`` for an explicit backfill).
     source: str = Source.RECONCILE
+    #: Most objects re-fetched in a run to confirm a projection that looks ahead of a
+    #: listing (the rest are reported ``local_ahead`` unconfirmed).
+    confirm_budget: int = 100
 
 
 class Recovery:
@@ -60,6 +64,8 @@ class Recovery:
         self.options = options or RecoveryOptions()
         self.fetch = fetch
         self.clock = clock
+        #: Requests spent confirming, per kind (they count toward the run's budget).
+        self.spent: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         return f"Recovery(dry_run={self.options.dry_run})"
@@ -137,6 +143,10 @@ class Recovery:
         assert self.fetch is not None
         fresh: list[Finding] = []
         for finding in ahead:
+            if sum(self.spent.values()) >= self.options.confirm_budget:
+                fresh.append(finding)
+                continue
+            self.spent[kind] += 1
             try:
                 row = self.fetch(kind, finding.object_id)
             except ProcessorError as exc:

@@ -370,7 +370,8 @@ class Reconciler:
                 "listing %s failed: %s", name, type(exc).__name__, extra={"action": "reconcile"}
             )
         finally:
-            part.pages, part.requests = pager.pages, pager.requests
+            part.pages = pager.pages
+            part.requests = pager.requests + recovery.spent[kind]
             part.incomplete = [
                 f"{w.start.isoformat()}..{w.end.isoformat()}: {w.reason}" for w in pager.incomplete
             ]
@@ -379,7 +380,13 @@ class Reconciler:
                     f"{problem.kind} {problem.object_id or '(no id)'}: {problem.reason}"
                 )
         if not part.remote_errors:
-            part.local_only, part.local_only_sample = self.store.local_only(run_id, kind, *window)
+            # The window's last millisecond is left to the next run: the processor stores
+            # creation times finer than the milliseconds it prints and filters on, so an
+            # object printed in that millisecond may lie past the bound it was listed with.
+            start, end = window
+            part.local_only, part.local_only_sample = self.store.local_only(
+                run_id, kind, start, end - timedelta(milliseconds=1)
+            )
         if not options.dry_run and not part.failures and options.mode != "window":
             self.store.set_watermark(kind, window[1])
 

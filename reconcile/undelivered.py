@@ -112,6 +112,8 @@ class UndeliveredEvents:
         page_size: int = 100,
         max_requests: int = 1_000,
     ) -> None:
+        """``max_requests`` bounds a run's requests on this path: the listing and the
+        attempts fetched for each undelivered event together."""
         self.api = api
         self.inbox = inbox
         self.secrets = tuple(secrets)
@@ -138,6 +140,9 @@ class UndeliveredEvents:
             max_requests=self.max_requests,
             on_stuck="report",
         )
+        self._spent = 0
+        self._pager = pager
+        self._left_over = 0
         batch: list[str] = []
         try:
             for item in pager:
@@ -165,6 +170,11 @@ class UndeliveredEvents:
             log.error("listing undelivered events failed: %s", type(exc).__name__)
         finally:
             report.requests += pager.requests
+            if self._left_over:
+                report.incomplete.append(
+                    f"the request budget of {self.max_requests} was spent: {self._left_over} "
+                    "undelivered event(s) left for the next run"
+                )
             report.incomplete += [
                 f"{w.start.isoformat()}..{w.end.isoformat()}: {w.reason}" for w in pager.incomplete
             ]
@@ -188,6 +198,10 @@ class UndeliveredEvents:
             if event_id in stored:
                 report.already_stored += 1
                 continue
+            if self._pager.requests + self._spent >= self.max_requests:
+                self._left_over += 1
+                continue
+            self._spent += 1
             report.requests += 1
             attempts = self.api.event_attempts(self.merchant_id, event_id)
             self._one(event_id, attempts, report, dry_run)
@@ -245,7 +259,8 @@ class UndeliveredEvents:
         else:
             report.bad_rows += 1
             _note(report.bad_rows_sample, f"event {shown}: stored before with another body")
-        if self.resend:
+        if self.resend and self._pager.requests + self._spent < self.max_requests:
+            self._spent += 1
             try:
                 self.api.retry_event(self.merchant_id, event_id)
                 report.resent += 1

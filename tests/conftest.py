@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -40,11 +41,12 @@ def _pg_unavailable(reason: str) -> None:
     pytest.skip(f"PostgreSQL not reachable ({reason}); storage tests ran on SQLite only")
 
 
-@pytest.fixture
-def database_url(tmp_path: Path) -> Iterator[str]:
-    """A URL of an empty database reachable by this process and by child processes."""
+@contextmanager
+def fresh_database(directory: Path) -> Iterator[str]:
+    """The URL of a new, empty database: a SQLite file in ``directory``, or on PostgreSQL a
+    schema of its own, dropped afterwards."""
     if backend() != "postgresql":
-        yield f"sqlite:///{tmp_path / 'hookledger.sqlite3'}"
+        yield f"sqlite:///{directory / f'hookledger-{uuid.uuid4().hex[:8]}.sqlite3'}"
         return
     admin = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
     schema = f"hl_test_{uuid.uuid4().hex[:12]}"
@@ -64,6 +66,13 @@ def database_url(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def database_url(tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty database reachable by this process and by child processes."""
+    with fresh_database(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
 def engine(database_url: str) -> Iterator[sa.Engine]:
     eng = db.make_engine(database_url)
     db.upgrade(eng)
@@ -79,6 +88,24 @@ def store(engine: sa.Engine) -> Store:
 AppFactory = Callable[..., tuple[Flask, WebhookReceiver]]
 
 
+def build_app(
+    database_url: str, hooks: WebhookReceiver | None = None, **config: Any
+) -> tuple[Flask, WebhookReceiver]:
+    """A Flask app with a receiver on ``database_url`` (schema migrated, no retry delays)."""
+    app = Flask("hookledger_test")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=database_url,
+        HOOKLEDGER_SECRETS=SECRETS_SPEC,
+        HOOKLEDGER_AUTO_MIGRATE=True,
+        HOOKLEDGER_BACKOFF_BASE=0,
+        HOOKLEDGER_BACKOFF_MAX=0,
+        **{f"HOOKLEDGER_{k.upper()}": v for k, v in config.items()},
+    )
+    receiver = hooks or WebhookReceiver()
+    receiver.init_app(app)
+    return app, receiver
+
+
 @pytest.fixture
 def make_app(database_url: str) -> Iterator[AppFactory]:
     """Build a Flask app with a receiver on the test database (schema migrated)."""
@@ -87,17 +114,7 @@ def make_app(database_url: str) -> Iterator[AppFactory]:
     def factory(
         hooks: WebhookReceiver | None = None, **config: Any
     ) -> tuple[Flask, WebhookReceiver]:
-        app = Flask("hookledger_test")
-        app.config.update(
-            HOOKLEDGER_DATABASE_URL=database_url,
-            HOOKLEDGER_SECRETS=SECRETS_SPEC,
-            HOOKLEDGER_AUTO_MIGRATE=True,
-            HOOKLEDGER_BACKOFF_BASE=0,
-            HOOKLEDGER_BACKOFF_MAX=0,
-            **{f"HOOKLEDGER_{k.upper()}": v for k, v in config.items()},
-        )
-        receiver = hooks or WebhookReceiver()
-        receiver.init_app(app)
+        app, receiver = build_app(database_url, hooks, **config)
         made.append(app)
         return app, receiver
 

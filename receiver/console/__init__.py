@@ -54,8 +54,10 @@ from receiver import heartbeat, queries
 from receiver.console.chart import RunPoint, svg
 from receiver.errors import ConfigurationError
 from receiver.models import EventStatus, Source
+from receiver.operations import EventFilter
 from receiver.redact import mask_body, mask_headers
-from receiver.store import EventFilter
+from receiver.state import receiver_state
+from receiver.store import Store
 
 BLUEPRINT = "hookledger_console"
 CSRF_KEY = "hookledger_console_csrf"
@@ -181,15 +183,11 @@ def _csrf_ok() -> bool:
 
 
 def _engine() -> Any:
-    from receiver.extension import WebhookReceiver
-
-    return WebhookReceiver.state(current_app).store.engine
+    return receiver_state(current_app).store.engine
 
 
-def _store() -> Any:
-    from receiver.extension import WebhookReceiver
-
-    return WebhookReceiver.state(current_app).store
+def _store() -> Store:
+    return receiver_state(current_app).store
 
 
 def _when(value: datetime | None) -> str:

@@ -465,8 +465,8 @@ def test_times_are_right_whatever_the_database_sessions_time_zone(
 def test_the_bulk_insert_columns_are_the_rows_columns(store: Store) -> None:
     # PostgreSQL inserts synthesised events as one array per column: a column added to the
     # inbox row but not to that list would be silently dropped.
-    from receiver.store import _EVENT_COLUMNS
+    from receiver.sql.tables import EVENT_COLUMNS
 
     body = encode(build_event("payment_succeeded"))
-    row = store._row(parse_event(body), body, store.now(), (), None, "reconcile", None)
-    assert list(_EVENT_COLUMNS) == list(row)
+    row = store.inbox.row(parse_event(body), body, source="reconcile")
+    assert list(EVENT_COLUMNS) == list(row)

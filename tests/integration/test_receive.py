@@ -223,10 +223,13 @@ def test_no_secret_is_a_startup_error(database_url: str, monkeypatch: Any) -> No
         WebhookReceiver(app)
 
 
-def test_health_reports_counts(make_app: AppFactory) -> None:
+def test_health_shows_no_counts_the_stats_command_does(make_app: AppFactory) -> None:
+    # The counts moved off the unauthenticated route (see test_health.py).
     app, _ = make_app()
     WebhookTestClient(app).send("payment_succeeded")
-    payload = app.test_client().get("/webhooks/health").get_json()
+    assert app.test_client().get("/webhooks/health").get_json() == {"status": "ok"}
+    stats = app.test_cli_runner().invoke(args=["hookledger", "stats", "--json"])
+    payload = json.loads(stats.output)
     assert payload["events"] == {"pending": 1}
     assert payload["oldest_open_age_seconds"] >= 0
 
@@ -281,7 +284,7 @@ def test_sqlite_writer_queue_timeout_gets_503_and_stores_nothing(
     )
     WebhookReceiver(app)
     store = WebhookReceiver.state(app).store
-    real = store._insert_together
+    real = store.inbox._insert_together
     release, entered = threading.Event(), threading.Event()
 
     def stuck(rows: list[dict[str, Any]]) -> Any:
@@ -290,7 +293,7 @@ def test_sqlite_writer_queue_timeout_gets_503_and_stores_nothing(
             release.wait(10)
         return real(rows)
 
-    monkeypatch.setattr(store, "_insert_together", stuck)
+    monkeypatch.setattr(store.inbox, "_insert_together", stuck)
     first = encode(build_event("payment_succeeded", event_id="evt_stuck"))
     answers: list[int] = []
     thread = threading.Thread(
@@ -327,14 +330,14 @@ def test_sqlite_group_commit_answers_each_delivery_and_isolates_a_bad_one(
     store = WebhookReceiver.state(app).store
     if store.engine.dialect.name != "sqlite":
         pytest.skip("group commit is SQLite's")
-    real = store._insert_one
+    real = store.inbox._insert_one
 
     def one(conn: Any, values: dict[str, Any]) -> Any:
         if values["event_id"] == "evt_bad":
             raise sa.exc.IntegrityError("INSERT", {}, Exception("refused"))
         return real(conn, values)
 
-    monkeypatch.setattr(store, "_insert_one", one)
+    monkeypatch.setattr(store.inbox, "_insert_one", one)
     bodies = [encode(build_event("payment_succeeded", event_id=f"evt_g{i}")) for i in range(20)]
     bodies.append(encode(build_event("payment_succeeded", event_id="evt_bad")))
     deliveries = bodies * 2  # every event twice, concurrently

@@ -33,10 +33,9 @@ from sqlmodel import Session
 
 from examples.shop.app import create_app
 from examples.shop.models import Order, OrderStatus
-from receiver import WebhookReceiver
+from receiver import WebhookReceiver, objects
 from receiver.models import EventStatus, HandlerRun, InboxEvent, Projection
 from receiver.testing import WebhookTestClient
-from reconcile import diff
 from reconcile.client import ProcessorClient
 from reconcile.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import SandboxServer
@@ -146,10 +145,11 @@ def truth_of(server: SandboxServer, scenario: Scenario) -> dict[str, str]:
         "refund": sandbox.get_refund,
         "dispute": sandbox.get_dispute,
     }
-    return {
-        name: str(diff.status_of(kind, getters[kind](object_id)))
+    states = {
+        name: objects.state_of(kind, getters[kind](object_id))
         for (kind, object_id), name in scenario.names.items()
     }
+    return {name: state.status for name, state in states.items() if state is not None}
 
 
 def expected_orders(truth: dict[str, str]) -> dict[str, tuple[str, int, str | None]]:

@@ -1,0 +1,313 @@
+"""Receive: store a delivery durably, once, and answer only after the commit.
+
+Dedupe is the unique constraint on ``event_id`` with ``INSERT ... ON CONFLICT DO NOTHING``
+(race-safe across processes and hosts, never check-then-insert). The same ``event_id`` with a
+different body is kept in the conflicts table and flagged. Of the request headers only an
+allowlist is kept (:mod:`receiver.headers`), the rest dropped before the row is built. On
+SQLite the threads of one process share their insert transactions (:mod:`receiver.groupcommit`)
+and the web processes of one host queue on a file lock (:mod:`receiver.filelock`), not in
+SQLite's sleeping busy handler.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, select
+from sqlalchemy.exc import DBAPIError
+
+from receiver.clock import as_utc
+from receiver.errors import StorageUnavailable
+from receiver.events import Event
+from receiver.filelock import WritersLock
+from receiver.groupcommit import GroupCommit
+from receiver.headers import DEFAULT_STORED_HEADERS, clean_headers
+from receiver.models import EventStatus, Source
+from receiver.sql.tables import CONFLICT, EVENT
+from receiver.storage import Storage, is_unavailable, unavailable
+
+log = logging.getLogger("receiver.store")
+
+#: Beside a SQLite database file: the lock its web processes take to write (an empty file).
+WRITERS_LOCK_SUFFIX = "-hookledger-writers"
+
+InsertResult = Literal["inserted", "duplicate", "conflict"]
+
+#: Sources whose event ids hookledger derives from the transition (not the processor's ids).
+_DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Inserted:
+    """What :meth:`Inbox.insert` did with a delivery."""
+
+    result: InsertResult
+    pk: int
+
+
+def body_sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def event_row(
+    event: Event,
+    body: bytes,
+    now: datetime,
+    *,
+    headers: str,
+    secret_id: str | None,
+    source: str,
+    replay_of: int | None,
+) -> dict[str, Any]:
+    """The inbox row of a delivery (``headers``: as :func:`clean_headers` stores them)."""
+    if source not in Source.ALL:
+        raise ValueError(f"unknown source {source!r}")
+    ref = event.object_ref
+    if ref is not None and ref.object_id:
+        kind: str | None = ref.kind
+        object_id: str | None = ref.object_id
+        object_key = f"{ref.kind}:{ref.object_id}"
+        object_status = ref.status
+        object_stage = ref.stage
+    else:
+        kind = object_id = object_status = object_stage = None
+        object_key = f"event:{event.event_id}"
+    return dict(
+        event_id=event.event_id,
+        source=source,
+        merchant_id=_clip(event.merchant_id, 255),
+        event_type=_clip(event.event_type, 64),
+        content_type=_clip(event.content_type, 64),
+        object_kind=kind,
+        object_id=_clip(object_id, 255),
+        object_status=_clip(object_status, 64),
+        object_stage=_clip(object_stage, 64),
+        object_key=object_key[:300],
+        event_time=as_utc(event.timestamp) if event.timestamp else now,
+        object_created_at=event.object.created_time if event.object is not None else None,
+        received_at=now,
+        body=body,
+        headers=headers,
+        body_sha256=body_sha256(body),
+        secret_id=secret_id,
+        replay_of=replay_of,
+        status=EventStatus.PENDING,
+        attempts=0,
+        next_attempt_at=now,
+    )
+
+
+class Inbox:
+    """Insert-or-ignore of deliveries, webhooks and synthesised events alike."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        write_wait: float = 5.0,
+        headers: frozenset[str] = DEFAULT_STORED_HEADERS,
+    ) -> None:
+        """``write_wait``: on SQLite, how long a delivery waits for this process's other
+        threads' inserts before it gives up with :class:`StorageUnavailable`. ``headers``:
+        the request headers kept with each delivery (see :func:`stored_headers`)."""
+        self.storage = storage
+        self.headers = headers
+        sql = storage.sql
+        self._sql = sql
+        self._write_wait = write_wait
+        #: SQLite: this process's threads write through one queue (group commit), woken as
+        #: soon as the writer is free, rather than each in SQLite's busy handler, which polls
+        #: with sleeps of up to 100 ms (that sleeping was the receive path's tail latency).
+        self._group: GroupCommit[dict[str, Any], Inserted] | None = (
+            GroupCommit(self._insert_batch) if sql.single_writer else None
+        )
+        #: SQLite file: the web processes of this host queue for writing on a file lock,
+        #: not in SQLite's sleeping busy handler (see :mod:`receiver.filelock`).
+        engine = storage.engine
+        database = engine.url.database if sql.single_writer else None
+        self._writers = (
+            WritersLock(database + WRITERS_LOCK_SUFFIX)
+            if database and database != ":memory:" and not database.startswith("file:")
+            else None
+        )
+
+    def __repr__(self) -> str:
+        return f"Inbox(dialect={self._sql.name!r})"
+
+    def insert(
+        self,
+        event: Event,
+        body: bytes,
+        *,
+        headers: Iterable[tuple[str, str]] = (),
+        secret_id: str | None = None,
+        source: str = Source.WEBHOOK,
+        replay_of: int | None = None,
+    ) -> Inserted:
+        """Store a delivery durably; return after commit.
+
+        A new ``event_id`` is inserted; the same ``event_id`` with the same body is a
+        duplicate; with a different body it is kept in the conflicts table and flagged.
+        Raises :class:`StorageUnavailable` when the database cannot be reached.
+
+        On SQLite, deliveries stored by this process's threads at the same moment share one
+        transaction and one commit (:mod:`receiver.groupcommit`); each still gets its own
+        answer, and only after the commit.
+        """
+        values = self.row(
+            event, body, headers=headers, secret_id=secret_id, source=source, replay_of=replay_of
+        )
+        if self._group is None:
+            return self._insert_together([values])[0]
+        try:
+            return self._group.submit(values, timeout=self._write_wait)
+        except TimeoutError:
+            log.error("webhook not stored: the database stayed locked", extra={"action": "busy"})
+            raise StorageUnavailable() from None
+
+    def insert_on(
+        self,
+        conn: Connection,
+        event: Event,
+        body: bytes,
+        *,
+        source: str,
+        headers: Iterable[tuple[str, str]] = (),
+        secret_id: str | None = None,
+    ) -> Inserted:
+        """Store a delivery on ``conn``, inside the caller's transaction (it commits, or rolls
+        back, with the caller's own writes). Same dedupe and conflict rules as :meth:`insert`."""
+        values = self.row(event, body, headers=headers, secret_id=secret_id, source=source)
+        return self._insert_one(conn, values)
+
+    def insert_synthesised(
+        self, events: Sequence[tuple[Event, bytes]], *, source: str = Source.RECONCILE
+    ) -> dict[str, str]:
+        """Insert the reconciler's synthesised events in one transaction (insert-or-ignore).
+
+        Returns ``{event_id: "inserted" | <status of the row already there>}``. A synthesised
+        id is deterministic per transition while the remote object's body may have changed
+        since (a later refund, say), so a different body under a known id is no conflict.
+        """
+        if not events:
+            return {}
+        now = self.storage.now()
+        rows = [self.row(e, b, source=source, now=now) for e, b in events]
+        try:
+            with self.storage.engine.begin() as conn:
+                inserted = self._sql.insert_events(conn, rows)
+                others = [r["event_id"] for r in rows if r["event_id"] not in inserted]
+                found: dict[str, str] = {}
+                if others:
+                    found = {
+                        r[0]: r[1]
+                        for r in conn.execute(
+                            select(EVENT.c.event_id, EVENT.c.status).where(
+                                self._sql.among(EVENT.c.event_id, others)
+                            )
+                        )
+                    }
+        except DBAPIError as exc:
+            if not is_unavailable(exc):
+                raise
+            raise StorageUnavailable() from exc
+        return {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
+
+    def row(
+        self,
+        event: Event,
+        body: bytes,
+        *,
+        headers: Iterable[tuple[str, str]] = (),
+        secret_id: str | None = None,
+        source: str = Source.WEBHOOK,
+        replay_of: int | None = None,
+        now: datetime | None = None,
+    ) -> dict[str, Any]:
+        """The inbox row of a delivery, as :meth:`insert` writes it."""
+        return event_row(
+            event,
+            body,
+            self.storage.now() if now is None else now,
+            headers=clean_headers(headers, self.headers),
+            secret_id=secret_id,
+            source=source,
+            replay_of=replay_of,
+        )
+
+    # -- the write path -------------------------------------------------------------------
+
+    def _insert_together(self, rows: list[dict[str, Any]]) -> list[Inserted]:
+        """Insert deliveries in one transaction (see :meth:`insert`)."""
+        if self._writers is None:
+            return self._insert_transaction(rows)
+        try:
+            with self._writers.hold(self._write_wait):
+                return self._insert_transaction(rows)
+        except OSError as exc:  # the lock stayed taken, or its file cannot be opened
+            raise StorageUnavailable() from exc
+
+    def _insert_transaction(self, rows: list[dict[str, Any]]) -> list[Inserted]:
+        try:
+            with self.storage.deferred.begin() as conn:
+                return [self._insert_one(conn, values) for values in rows]
+        except DBAPIError as exc:
+            if not is_unavailable(exc):
+                raise
+            raise StorageUnavailable() from exc
+
+    def _insert_batch(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """:class:`GroupCommit`'s writer: one transaction for the batch; if it fails for a
+        reason other than the database being unavailable, each delivery is tried alone, so
+        one bad delivery cannot fail the others."""
+        try:
+            return list(self._insert_together(rows))
+        except StorageUnavailable as exc:
+            return [unavailable(exc.__cause__) for _ in rows]
+        except Exception as exc:  # noqa: BLE001 - isolated below, or that delivery's error
+            if len(rows) == 1:
+                return [exc]
+        outcomes: list[Inserted | BaseException] = []
+        for values in rows:
+            outcomes.extend(self._insert_batch([values]))
+        return outcomes
+
+    def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
+        event_id, digest = values["event_id"], values["body_sha256"]
+        pk = self._sql.inserted_pk(conn.execute(self._sql.insert_event, values))
+        if pk is not None:
+            return Inserted(result="inserted", pk=pk)
+        row = conn.execute(
+            select(EVENT.c.id, EVENT.c.body_sha256).where(EVENT.c.event_id == event_id)
+        ).one()
+        if row.body_sha256 == digest or values["source"] in _DERIVED:
+            # An observed or synthesised event's id is deterministic per transition while
+            # the object's body may have changed since: the same transition, no conflict.
+            return Inserted(result="duplicate", pk=int(row.id))
+        conn.execute(
+            self._sql.insert(CONFLICT)
+            .values(
+                event_id=event_id,
+                source=values["source"],
+                body=values["body"],
+                headers=values["headers"],
+                body_sha256=digest,
+                secret_id=values["secret_id"],
+                received_at=values["received_at"],
+            )
+            .on_conflict_do_nothing(index_elements=["event_id", "body_sha256"])
+        )
+        log.warning(
+            "event_id delivered again with a different body",
+            extra={"action": "conflict", "event_id": event_id, "event_type": values["event_type"]},
+        )
+        return Inserted(result="conflict", pk=int(row.id))
+
+
+def _clip(value: str | None, size: int) -> str | None:
+    return value[:size] if isinstance(value, str) else None

@@ -1,0 +1,93 @@
+"""What differs between the two databases, as one interface.
+
+The parts of the store (:mod:`receiver.inbox`, :mod:`receiver.queue`, :mod:`receiver.dispatch`,
+:mod:`receiver.operations`) hold the logic and call these builders where PostgreSQL and SQLite
+need different SQL. :mod:`receiver.sql.postgresql` and :mod:`receiver.sql.sqlite` implement them
+in the same order, so the two versions of one statement can be read side by side.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import Connection, CursorResult, Select, Table
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcomes:
+    """What a dispatched batch writes, as rows of parameters (see
+    :data:`receiver.sql.tables.OUTCOME_COLUMNS`): all of it commits, or none of it."""
+
+    transitions: Sequence[dict[str, Any]] = field(default_factory=list)
+    projections: Sequence[dict[str, Any]] = field(default_factory=list)
+    ledger: Sequence[dict[str, Any]] = field(default_factory=list)
+    #: One row per claimed event (``b_`` keys): its final status, and the worker (``b_owner``)
+    #: that must still hold its object's lease (``b_key``).
+    finals: Sequence[dict[str, Any]] = field(default_factory=list)
+
+
+class Statements(ABC):
+    """The dialect-specific statements of the inbox, for one engine's dialect."""
+
+    #: The SQLAlchemy dialect name.
+    name: ClassVar[str]
+    #: One writer at a time for the whole database (SQLite): its transactions take the lock
+    #: up front, so a read followed by a write in one of them is atomic.
+    single_writer: ClassVar[bool]
+
+    @abstractmethod
+    def insert(self, table: Table) -> Any:
+        """The dialect's ``INSERT`` (with ``ON CONFLICT``) on ``table``."""
+
+    @abstractmethod
+    def among(self, column: Any, values: Iterable[Any]) -> Any:
+        """``column IN (values)``."""
+
+    # -- inbox ----------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def insert_event(self) -> Any:
+        """Insert-or-ignore one delivery on ``event_id`` (built once: building it per request
+        cost more than executing it)."""
+
+    @abstractmethod
+    def inserted_pk(self, result: CursorResult[Any]) -> int | None:
+        """The id of the row :attr:`insert_event` inserted, ``None`` if it was ignored."""
+
+    @abstractmethod
+    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
+        """Insert-or-ignore many new events at once; return the ids of those inserted."""
+
+    # -- queue ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+        """``query`` locking the rows it reads, skipping rows other claimers have locked."""
+
+    @abstractmethod
+    def lock_free(self, conn: Connection, event_pks: Sequence[int]) -> set[int]:
+        """Lock the events ``event_pks`` without waiting; return those locked."""
+
+    @abstractmethod
+    def take_object_leases(
+        self, conn: Connection, keys: Sequence[str], owner: str, now: datetime, expires: datetime
+    ) -> set[str]:
+        """Lease the objects ``keys`` whose lease is free or expired to ``owner`` until
+        ``expires``, in one conditional upsert; return the keys leased."""
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    @abstractmethod
+    def write_outcomes(self, conn: Connection, outcomes: Outcomes, now: datetime) -> bool:
+        """Write a batch's outcomes and free its object leases, in the caller's transaction.
+
+        Returns ``False`` unless every event was still leased to its worker, and every
+        event's *object* lease was still that worker's and unexpired at ``now``: the caller
+        must then roll back (another worker may own the object; its handlers' effects, not
+        these, are the ones that count). The check and the writes are one atomic step.
+        """

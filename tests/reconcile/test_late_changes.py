@@ -1,0 +1,246 @@
+"""Late changes to old objects, their webhooks lost, recovered by the sweep or the events API.
+
+Each test lives through days or months of a real lifecycle (freezegun), runs the reconciler
+as the schedule would, and checks the transition reached the handlers once, by which path,
+and that no report said ``ok`` while the merchant's side was wrong.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from receiver.models import Source
+from reconcile.runner import ReconcileOptions
+from tests.conftest import AppFactory
+from tests.reconcile.world import CARD_ASYNC, World, world
+
+pytestmark = pytest.mark.storage
+
+DAY = timedelta(days=1)
+
+
+def _sweep(report: object, name: str) -> dict[str, int]:
+    return dict(report.sweep[name].recovered)  # type: ignore[attr-defined]
+
+
+def _daily(w: World, days: int) -> list[object]:
+    """The schedule, day by day: an incremental run after each day (the nightly one)."""
+    reports = []
+    for _ in range(days):
+        w.advance(DAY)
+        reports.append(w.run())
+    return reports
+
+
+def _recovering(w: World, days: int = 2) -> object:
+    """Run the schedule day by day until a run recovers something (the sweep checks an old
+    object about daily); return that run's report. Every run must be honest: ok."""
+    for report in _daily(w, days):
+        assert report.status == "ok", report.as_dict()  # type: ignore[attr-defined]
+        if report.recovered:  # type: ignore[attr-defined]
+            return report
+    raise AssertionError(f"nothing recovered within {days} days")
+
+
+def test_an_authorisation_expiring_on_day_7_is_recovered_by_the_sweep(
+    make_app: AppFactory,
+) -> None:
+    with world(make_app) as w:
+        w.pay("pay_hold", manual=True)
+        w.settle()
+        assert w.run().status == "ok"
+        assert w.projected("payment", "pay_hold") == "requires_capture"
+        w.drop_next("payment_expired")
+        reports = _daily(w, 8)
+        # Nothing was wrong until the expiry; the run after it recovered it through the sweep.
+        recovered = [r for r in reports if r.recovered]  # type: ignore[attr-defined]
+        assert len(recovered) == 1
+        assert _sweep(recovered[0], "payments") == {"payment_expired": 1}
+        assert recovered[0].kinds["payments"].recovered == Counter()  # type: ignore[attr-defined]
+        assert all(r.status == "ok" for r in reports)  # type: ignore[attr-defined]
+        assert w.projected("payment", "pay_hold") == "expired"
+        assert w.handled == Counter(
+            {("payment", "pay_hold", "requires_capture"): 1, ("payment", "pay_hold", "expired"): 1}
+        )
+        # The recovered event is dated when the sweep saw the object change (its modified_at).
+        assert recovered[0].sweep["payments"].dated_by == {"modified": 1}  # type: ignore[attr-defined]
+
+
+def test_a_dispute_decided_a_month_later_and_reopened_is_recovered(
+    make_app: AppFactory,
+) -> None:
+    with world(make_app) as w:
+        w.pay("pay_disputed")
+        w.settle()
+        dispute = w.sandbox.open_dispute("pay_disputed")
+        dispute_id = dispute["dispute_id"]
+        w.sandbox.dispute_action(dispute_id, "challenge")
+        w.settle()
+        w.run()
+        # Day 30: won, webhook lost. Day 45: taken to pre-arbitration (the processor sends
+        # no webhook: dispute_opened was sent for this dispute). Day 90: lost, webhook lost.
+        _daily(w, 30)
+        w.drop_next("dispute_won")
+        w.sandbox.dispute_action(dispute_id, "win")
+        w.settle()
+        won = _recovering(w)
+        assert _sweep(won, "disputes") == {"dispute_won": 1}
+        assert won.sweep["disputes"].dated_by == {"observed": 1}  # type: ignore[attr-defined]
+        _daily(w, 15)
+        w.sandbox.dispute_action(dispute_id, "pre_arbitration")
+        w.settle()
+        reopened = _recovering(w)
+        assert _sweep(reopened, "disputes") == {"dispute_opened": 1}
+        _daily(w, 45)
+        w.drop_next("dispute_lost")
+        w.sandbox.dispute_action(dispute_id, "lose")
+        w.settle()
+        lost = _recovering(w)
+        assert _sweep(lost, "disputes") == {"dispute_lost": 1}
+        assert w.projected("dispute", dispute_id) == "pre_arbitration/dispute_lost"
+        assert [key for key in w.order if key[0] == "dispute"] == [
+            ("dispute", dispute_id, "dispute/dispute_opened"),
+            ("dispute", dispute_id, "dispute/dispute_challenged"),
+            ("dispute", dispute_id, "dispute/dispute_won"),
+            ("dispute", dispute_id, "pre_arbitration/dispute_opened"),
+            ("dispute", dispute_id, "pre_arbitration/dispute_lost"),
+        ]
+        assert max(w.handled.values()) == 1
+
+
+def test_a_payout_reversed_and_a_refund_failing_days_later_are_recovered(
+    make_app: AppFactory,
+) -> None:
+    with world(make_app) as w:
+        payout = w.sandbox.create_payout(
+            {"amount": 4000, "currency": "USD", "payout_type": "bank", "auto_fulfill": True}
+        )
+        w.pay("pay_refunded")
+        w.settle()
+        refund = w.sandbox.create_refund({"payment_id": "pay_refunded", "amount": 1000})
+        w.settle()
+        w.run()
+        _daily(w, 3)
+        w.drop_next("payout_reversed")
+        w.sandbox.reverse_payout(payout["payout_id"])
+        w.drop_next("refund_failed")
+        w.sandbox.fail_refund(refund["refund_id"])
+        w.settle()
+        report = _recovering(w)
+        assert _sweep(report, "payouts") == {"payout_reversed": 1}
+        assert _sweep(report, "refunds") == {"refund_failed": 1}
+        assert w.projected("payout", payout["payout_id"]) == "reversed"
+        assert w.projected("refund", refund["refund_id"]) == "failed"
+        assert max(w.handled.values()) == 1
+
+
+def test_a_revoked_mandate_is_recovered_by_the_sweep(make_app: AppFactory) -> None:
+    with world(make_app) as w:
+        mandate = w.sandbox.create_mandate(card_number="4242424242424242")
+        w.settle()
+        mandate_id = mandate["mandate_id"]
+        assert w.projected("mandate", mandate_id) == "active"
+        w.run()
+        _daily(w, 60)
+        w.drop_next("mandate_revoked")
+        w.sandbox.revoke_mandate(mandate_id)
+        w.settle()
+        reports = _daily(w, 8)  # mandates are checked at least weekly
+        assert sum(sum(r.sweep["mandates"].recovered.values()) for r in reports) == 1  # type: ignore[attr-defined]
+        assert w.projected("mandate", mandate_id) == "revoked"
+
+
+def test_an_async_capture_is_followed_through_processing(make_app: AppFactory) -> None:
+    with world(make_app) as w:
+        w.pay("pay_async", card=CARD_ASYNC, manual=True)
+        w.settle()
+        w.run()
+        _daily(w, 2)
+        w.drop_next("payment_processing")
+        w.drop_next("payment_succeeded")
+        w.sandbox.capture_payment("pay_async", {})
+        w.settle()
+        # The capture settles on the processor's next tick (the next day here), so the
+        # sweep finds it settled, or first in flight (processing), then settled.
+        found = Counter[str]()
+        for report in _daily(w, 3):
+            found.update(_sweep(report, "payments"))
+        assert found["payment_succeeded"] == 1
+        assert w.projected("payment", "pay_async") == "succeeded"
+        keys = [k[2] for k in w.order]
+        assert keys[0] == "requires_capture" and keys[-1] == "succeeded", keys
+
+
+def test_a_recovered_payout_success_runs_after_the_initiation_waiting_for_a_retry(
+    make_app: AppFactory,
+) -> None:
+    """Regression (reconciliation issue, item 2): recovered events were dated at the
+    object's creation, so a recovered payout_success ran before a payout_initiated waiting
+    for its retry, and the order ended in transit instead of paid."""
+    with world(make_app, max_attempts=5) as w:
+        failing = {"on": True}
+        hooks = w.app.extensions["hookledger"].registry
+
+        @hooks.on("payout_initiated", name="world.flaky")
+        def flaky(event: object) -> None:
+            if failing["on"]:
+                raise RuntimeError("bank adapter down")
+
+        payout = w.sandbox.create_payout(
+            {"amount": 4055, "currency": "USD", "payout_type": "bank", "auto_fulfill": True}
+        )
+        w.settle()  # payout_initiated delivered; its handler fails and waits for a retry
+        w.drop_next("payout_success")
+        w.advance(timedelta(minutes=1))  # the processor's tick: success, webhook lost
+        report = w.run(ReconcileOptions(sweep_budget=0))
+        assert report.kinds["payouts"].recovered == Counter(payout_success=1)
+        assert report.kinds["payouts"].dated_by == Counter(observed=1)
+        failing["on"] = False
+        w.advance(timedelta(hours=1))
+        keys = [k[2] for k in w.order if k[0] == "payout"]
+        assert keys == ["initiated", "success"], keys
+        assert w.projected("payout", payout["payout_id"]) == "success"
+
+
+def test_undelivered_webhooks_come_back_through_the_events_api_with_their_own_ids(
+    make_app: AppFactory,
+) -> None:
+    with world(make_app, events_api=True) as w:
+        w.drop_next("payment_succeeded")
+        w.pay("pay_lost")
+        w.settle()
+        lost = next(e for e in w.sandbox.events() if e["event_type"] == "payment_succeeded")
+        report = w.run(ReconcileOptions(sweep_budget=0))
+        assert report.events is not None
+        assert report.events.recovered == Counter(payment_succeeded=1)
+        # Recovered by the events path under the original id: the lists found it queued.
+        assert sum(report.kinds["payments"].recovered.values()) == 0
+        row = w.store.get(lost["event_id"])
+        assert row is not None and row.source == Source.RECOVERED and row.status == "done"
+        assert w.handled[("payment", "pay_lost", "succeeded")] == 1
+        # A manual re-send by the processor is an exact duplicate now.
+        w.sandbox.retry_event(w.sandbox.merchant_id, lost["event_id"])
+        w.drain()
+        assert w.handled[("payment", "pay_lost", "succeeded")] == 1
+        assert w.run(ReconcileOptions(sweep_budget=0)).events.already_stored == 0  # type: ignore[union-attr]
+
+
+def test_an_undelivered_webhook_whose_signature_does_not_verify_is_not_stored(
+    make_app: AppFactory,
+) -> None:
+    with world(make_app, events_api=True) as w:
+        w.reconciler.events.secrets = w.reconciler.events.secrets[1:]  # type: ignore[union-attr]
+        w.drop_next("payment_succeeded")
+        w.pay("pay_forged")
+        w.settle()
+        report = w.run(ReconcileOptions(sweep_budget=0))
+        assert report.events is not None and report.events.bad_signature == 1
+        assert report.status == "unresolved"
+        assert all(
+            w.store.get(e["event_id"]) is None
+            for e in w.sandbox.events()
+            if e["event_type"] == "payment_succeeded"
+        )

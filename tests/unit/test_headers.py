@@ -1,0 +1,44 @@
+"""The stored-headers allowlist as a pure function (issue hole 5)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from receiver.errors import ConfigurationError
+from receiver.headers import (
+    DEFAULT_STORED_HEADERS,
+    REDACTED_HEADERS,
+    clean_headers,
+    parse_header_names,
+    stored_headers,
+)
+
+
+def test_only_allowed_names_are_kept_whatever_their_case() -> None:
+    sent = [
+        ("content-type", "application/json"),
+        ("X-WEBHOOK-SIGNATURE-512", "ab" * 64),
+        ("X-Shared-Secret", "s3cr3t"),
+        ("Host", "shop.example"),
+        ("Authorization", "Bearer t"),
+    ]
+    kept = json.loads(clean_headers(sent))
+    assert kept == {"content-type": "application/json", "X-WEBHOOK-SIGNATURE-512": "ab" * 64}
+    extended = json.loads(clean_headers(sent, stored_headers(["Host", " X-Shared-Secret "])))
+    assert set(extended) == {"content-type", "X-WEBHOOK-SIGNATURE-512", "Host", "X-Shared-Secret"}
+
+
+def test_credentials_are_never_kept_even_when_listed() -> None:
+    keep = DEFAULT_STORED_HEADERS | REDACTED_HEADERS
+    assert json.loads(clean_headers([("Cookie", "a"), ("Api-Key", "b")], keep)) == {}
+
+
+def test_configured_names() -> None:
+    assert parse_header_names(None) == ()
+    assert parse_header_names(" X-Tenant, ,x-tenant,X-Region ") == ("x-tenant", "x-region")
+    assert parse_header_names(["X-Tenant"]) == ("x-tenant",)
+    for bad in ("Cookie", "x-api-key", "X Tenant", "X-Tenant:1", "é"):
+        with pytest.raises(ConfigurationError):
+            parse_header_names(bad)
