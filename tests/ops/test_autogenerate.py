@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,30 @@ pytestmark = [
     # Flask-Migrate's own env.py template still tries Flask-SQLAlchemy's deprecated API first.
     pytest.mark.filterwarnings("ignore:'get_engine' is deprecated:DeprecationWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def keep_logging() -> Iterator[None]:
+    """Flask-Migrate's env.py runs ``logging.config.fileConfig``, which disables every logger
+    that exists: put them back, or later tests in this process log nothing."""
+    manager = logging.root.manager
+    saved = {
+        name: (known.disabled, known.level, list(known.handlers), known.propagate)
+        for name, known in manager.loggerDict.items()
+        if isinstance(known, logging.Logger)
+    }
+    root = (logging.root.level, list(logging.root.handlers))
+    yield
+    for name, (disabled, level, handlers, propagate) in saved.items():
+        known = logging.getLogger(name)
+        known.disabled, known.propagate = disabled, propagate
+        known.setLevel(level)
+        known.handlers[:] = handlers
+    for name, known in manager.loggerDict.items():
+        if isinstance(known, logging.Logger) and name not in saved:
+            known.disabled = False
+    logging.root.setLevel(root[0])
+    logging.root.handlers[:] = root[1]
 
 
 def _merchant_app(database_url: str, **migrate_options: object) -> tuple[Flask, object]:
