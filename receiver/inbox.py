@@ -328,7 +328,7 @@ class Inbox:
         )
         log.warning(
             "event_id delivered again with a different body",
-            extra={"action": "conflict", "event_id": event_id},
+            extra={"action": "conflict", "event_id": event_id, "event_type": values["event_type"]},
         )
         return Inserted(result="conflict", pk=int(row.id))
 

@@ -227,3 +227,19 @@ class ObjectLease(Base, table=True):
     object_key: str = Field(primary_key=True, max_length=300)
     owner: str = Field(max_length=128)
     expires_at: datetime
+
+
+class WorkerHeartbeat(Base, table=True):
+    """A running worker process: written when it starts and every few seconds while it runs,
+    deleted when it stops cleanly. A row whose ``seen_at`` is old is a worker that died (or
+    hangs): ``hookledger status`` and readiness count only recent ones."""
+
+    __tablename__ = "hookledger_worker"
+
+    name: str = Field(primary_key=True, max_length=128)
+    host: str = Field(max_length=255)
+    pid: int
+    started_at: datetime
+    seen_at: datetime
+    #: Events this worker has processed since it started.
+    processed: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
