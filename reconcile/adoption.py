@@ -48,12 +48,12 @@ from receiver.worker import worker_name
 from reconcile import diff
 from reconcile.client import ProcessorClient
 from reconcile.diff import Remote
-from reconcile.errors import ProcessorError, escape_id
+from reconcile.errors import ProcessorError
 from reconcile.models import Adoption
-from reconcile.paging import Pager, RefundsDialect
+from reconcile.paging import Pager
 from reconcile.recovery import Recovery, RecoveryOptions
 from reconcile.report import SAMPLE, KindReport
-from reconcile.runner import KIND_NAMES, LISTED_KINDS, Reconciler, truncate_ms
+from reconcile.runner import KIND_NAMES, LISTED_KINDS, Reconciler, kind_pager, truncate_ms
 from reconcile.store import ReconcileStore
 from reconcile.sweep import FollowedObjects, SweepPolicy
 
@@ -316,12 +316,11 @@ class Adopter:
         options: AdoptOptions,
     ) -> tuple[bool, int]:
         """Adopt the objects of one window; returns (window complete, requests spent)."""
-        pager = self._pager(name, low, high, budget, options)
+        pager = _pager(self.client, name, low, high, budget, options)
         chunk: list[Remote] = []
-        tally = KindReport(window=(low, high))
         try:
             for row in pager:
-                remote = _read(kind, row, part, tally)
+                remote = _read(kind, row, part)
                 if remote is not None:
                     chunk.append(remote)
                 if len(chunk) >= 500:
@@ -344,42 +343,6 @@ class Adopter:
             ]
             return False, pager.requests
         return True, pager.requests
-
-    def _pager(
-        self, name: str, low: datetime, high: datetime, budget: int, o: AdoptOptions
-    ) -> Pager:
-        if name == "payments":
-            return self.client.iter_payments(
-                low,
-                high,
-                dialect=o.payments_dialect,
-                page_size=o.page_size,
-                on_stuck="report",
-                max_requests=budget,
-            )
-        if name == "refunds":
-            dialect: RefundsDialect = "seed" if o.payments_dialect == "seed" else "hyperswitch"
-            return self.client.iter_refunds(
-                low,
-                high,
-                dialect=dialect,
-                page_size=o.page_size,
-                on_stuck="report",
-                max_requests=budget,
-            )
-        if name == "payouts":
-            size = min(o.page_size, 20) if o.payouts_dialect == "post" else o.page_size
-            return self.client.iter_payouts(
-                low,
-                high,
-                dialect=o.payouts_dialect,
-                page_size=size,
-                on_stuck="report",
-                max_requests=budget,
-            )
-        return self.client.iter_disputes(
-            low, high, page_size=o.page_size, on_stuck="report", max_requests=budget
-        )
 
     def _record(
         self,
@@ -466,7 +429,22 @@ class Adopter:
             )
 
 
-def _read(kind: str, row: object, part: KindAdoption, tally: KindReport) -> Remote | None:
+def _pager(
+    client: ProcessorClient, name: str, low: datetime, high: datetime, budget: int, o: AdoptOptions
+) -> Pager:
+    return kind_pager(
+        client,
+        name,
+        low,
+        high,
+        payments_dialect=o.payments_dialect,
+        payouts_dialect=o.payouts_dialect,
+        page_size=o.page_size,
+        max_requests=budget,
+    )
+
+
+def _read(kind: str, row: object, part: KindAdoption) -> Remote | None:
     part.listed += 1
     read = diff.read_remote(kind, row)
     if isinstance(read, diff.BadRow):
@@ -475,7 +453,6 @@ def _read(kind: str, row: object, part: KindAdoption, tally: KindReport) -> Remo
         return None
     if read.state is None or not _known(read):
         part.unknown_status += 1
-        tally.note_unknown(escape_id(read.object_id))
         return None
     return read
 
@@ -539,12 +516,11 @@ class Backfill:
             options=RecoveryOptions(dry_run=dry_run, source=Source.BACKFILL),
             clock=r.clock,
         )
-        adopter = Adopter(r.client, r.inbox, store=r.store, clock=r.clock)
         for name in kinds:
             kind = KIND_NAMES[name]
             part = KindReport(window=window)
             report.kinds[name] = part
-            pager = adopter._pager(name, window[0], window[1], options.max_requests, options)
+            pager = _pager(r.client, name, *window, options.max_requests, options)
             try:
                 rows = list(pager)
             except ProcessorError as exc:

@@ -127,6 +127,36 @@ class ReconcileOptions:
             raise ValueError("budgets must not be negative")
 
 
+def kind_pager(
+    client: ProcessorClient,
+    name: str,
+    start: datetime,
+    end: datetime,
+    *,
+    payments_dialect: Literal["hyperswitch", "seed"] = "hyperswitch",
+    payouts_dialect: Literal["get", "post"] = "get",
+    page_size: int = 100,
+    max_requests: int = DEFAULT_MAX_REQUESTS,
+) -> Pager:
+    """The pager over one listed kind's objects created in ``[start, end]``, in report mode
+    (a stuck window is reported, never raised), within ``max_requests``. The seed dialect
+    of the payments list also picks the seed's refund filters."""
+    budget: dict[str, Any] = {"on_stuck": "report", "max_requests": max_requests}
+    if name == "payments":
+        return client.iter_payments(
+            start, end, dialect=payments_dialect, page_size=page_size, **budget
+        )
+    if name == "refunds":
+        dialect: RefundsDialect = "seed" if payments_dialect == "seed" else "hyperswitch"
+        return client.iter_refunds(start, end, dialect=dialect, page_size=page_size, **budget)
+    if name == "payouts":
+        size = min(page_size, 20) if payouts_dialect == "post" else page_size
+        return client.iter_payouts(start, end, dialect=payouts_dialect, page_size=size, **budget)
+    if name == "disputes":
+        return client.iter_disputes(start, end, page_size=page_size, **budget)
+    raise ValueError(f"{name} has no list (choose from {', '.join(LISTED_KINDS)})")
+
+
 def truncate_ms(value: datetime) -> datetime:
     """``value`` in UTC, truncated to the millisecond (what the processor's filters see)."""
     utc = as_utc(value)
@@ -301,38 +331,14 @@ class Reconciler:
         return self._start(kind, options, end), end
 
     def _pager(self, name: str, window: tuple[datetime, datetime], o: ReconcileOptions) -> Pager:
-        start, end = window
-        if name == "payments":
-            return self.client.iter_payments(
-                start,
-                end,
-                dialect=o.payments_dialect,
-                page_size=o.page_size,
-                on_stuck="report",
-                max_requests=o.max_requests,
-            )
-        if name == "refunds":
-            dialect: RefundsDialect = "seed" if o.payments_dialect == "seed" else "hyperswitch"
-            return self.client.iter_refunds(
-                start,
-                end,
-                dialect=dialect,
-                page_size=o.page_size,
-                on_stuck="report",
-                max_requests=o.max_requests,
-            )
-        if name == "payouts":
-            size = min(o.page_size, 20) if o.payouts_dialect == "post" else o.page_size
-            return self.client.iter_payouts(
-                start,
-                end,
-                dialect=o.payouts_dialect,
-                page_size=size,
-                on_stuck="report",
-                max_requests=o.max_requests,
-            )
-        return self.client.iter_disputes(
-            start, end, page_size=o.page_size, on_stuck="report", max_requests=o.max_requests
+        return kind_pager(
+            self.client,
+            name,
+            *window,
+            payments_dialect=o.payments_dialect,
+            payouts_dialect=o.payouts_dialect,
+            page_size=o.page_size,
+            max_requests=o.max_requests,
         )
 
     def _list_kind(
