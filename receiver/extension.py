@@ -73,6 +73,8 @@ class WebhookReceiver:
             engine,
             write_wait=settings.sqlite_busy_timeout,
             headers=settings.stored_headers,
+            keyring=settings.data.keyring,
+            rejections=settings.data.rejections,
             retry=RetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_seconds=settings.backoff_base,
@@ -80,6 +82,7 @@ class WebhookReceiver:
                 defer_limit_seconds=settings.defer_limit,
             ),
         )
+        settings.data.warn(f"hookledger ({app.name})")
         if settings.auto_migrate:
             db.upgrade(engine)
         state = ReceiverState(settings=settings, store=store, registry=self.registry)

@@ -18,7 +18,7 @@ from functools import partial
 from sqlalchemy.exc import SQLAlchemyError
 
 from receiver.dispatch import Outcome, Work
-from receiver.errors import MalformedEvent
+from receiver.errors import BodyRedacted, DataUnavailable, MalformedEvent
 from receiver.events import parse_event
 from receiver.models import EventStatus
 from receiver.queue import Claimed
@@ -156,8 +156,8 @@ class Worker:
     def process(self, claimed: Claimed) -> str:
         """Guard ``claimed`` and run its pending handlers; return the status written."""
         work = self._work(claimed)
-        if work is None:
-            return EventStatus.DEAD
+        if work is None:  # closed without dispatch: dead, or failed and waiting for a retry
+            return self.store.status_of(claimed.pk) or EventStatus.DEAD
         outcome = self.store.dispatch(work.claimed, work.handlers)
         self._log(claimed, outcome)
         return outcome.status
@@ -184,9 +184,20 @@ class Worker:
 
     def _work(self, claimed: Claimed) -> Work | None:
         try:
-            event = parse_event(claimed.body)
+            event = parse_event(self.store.open_body(claimed.body, claimed.event_id))
         except MalformedEvent as exc:  # stored by an older version, or edited by hand
             self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc))
+            return None
+        except BodyRedacted as exc:  # never dispatch what retention emptied
+            self.store.finish(claimed, status=EventStatus.DEAD, error=exc.message)
+            return None
+        except DataUnavailable as exc:  # a data key missing here: retried, then dead-lettered
+            log.error(
+                "event body cannot be opened: %s",
+                exc.message,
+                extra={"action": "data_key_error", "event_id": claimed.event_id},
+            )
+            self.store.finish(claimed, status="failed", error=f"body {exc.message}")
             return None
         handlers = [
             (spec.name, partial(spec.call, event), spec.wants_session)
