@@ -11,7 +11,6 @@ import logging
 import signal
 import sys
 import threading
-from datetime import timedelta
 from typing import Any
 
 import click
@@ -20,6 +19,7 @@ from flask.cli import FlaskGroup, with_appcontext
 from sqlalchemy.exc import DBAPIError
 
 from receiver import db
+from receiver.datacli import register as register_data_commands
 from receiver.errors import HookledgerError
 from receiver.events import parse_event
 from receiver.models import EventStatus, InboxEvent
@@ -208,7 +208,10 @@ def _event_filter(options: dict[str, Any]) -> EventFilter:
 @with_appcontext
 def requeue_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     """Requeue dead (or waiting) events; handlers that succeeded are not run again."""
-    chosen = _state().store.requeue(_event_filter(options), dry_run=dry_run)
+    try:
+        chosen = _state().store.requeue(_event_filter(options), dry_run=dry_run)
+    except HookledgerError as exc:  # redacted events are refused
+        _fail(exc.message)
     _print([_row(e) for e in chosen], as_json, "requeued", dry_run)
 
 
@@ -221,29 +224,12 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     flt = _event_filter(options)
     if flt == EventFilter():
         _fail("replay needs a filter (--id, --event-id, --type, --since/--until or --status)")
-    pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)
+    try:
+        pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)
+    except HookledgerError as exc:  # redacted events are refused; a body sealed with a key
+        _fail(exc.message)  # that is not configured names its row
     rows = [{**_row(orig), "replay_event_id": new_id} for orig, new_id in pairs]
     _print(rows, as_json, "replayed", dry_run)
-
-
-@hookledger_group.command("prune")
-@click.option("--older-than-days", type=float, default=90.0, show_default=True)
-@click.option("--include-dead", is_flag=True, help="Also delete dead-lettered events.")
-@click.option("--dry-run", is_flag=True)
-@click.option("--json", "as_json", is_flag=True)
-@with_appcontext
-def prune_cmd(older_than_days: float, include_dead: bool, dry_run: bool, as_json: bool) -> None:
-    """Delete finished events older than N days (open events never; dead only when asked)."""
-    if older_than_days < 1:
-        _fail("--older-than-days must be at least 1 (the processor retries for about 24 h)")
-    counts = _state().store.prune(
-        timedelta(days=older_than_days), include_dead=include_dead, dry_run=dry_run
-    )
-    if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, **counts}))
-    else:
-        verb = "would be pruned" if dry_run else "pruned"
-        click.echo(f"{counts['events']} event(s) and {counts['conflicts']} conflict(s) {verb}")
 
 
 @hookledger_group.command("events")
@@ -282,6 +268,10 @@ def stats_cmd(as_json: bool) -> None:
         for status, n in sorted(counts.items()):
             click.echo(f"{status:>10} {n}")
         click.echo(f"oldest open event: {age} s")
+
+
+# keys, rotate-keys, redact, prune, retention, rejections (receiver/datacli.py)
+register_data_commands(hookledger_group)
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ import click
 from sqlalchemy.exc import OperationalError
 
 from receiver import db
+from receiver.atrest import from_environment
 from receiver.errors import ConfigurationError, HookledgerError, StorageUnavailable
 from receiver.signature import parse_secrets
 from receiver.store import Store
@@ -66,7 +67,8 @@ ENV_HELP = (
     "window, 2000), HOOKLEDGER_SWEEP_BUDGET (requests per run, 500), "
     "HOOKLEDGER_SWEEP_HORIZON_DAYS (e.g. 'payment=30,dispute=180'), "
     "HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS (600: the least time between two checks of an "
-    "object)."
+    "object), HOOKLEDGER_DATA_KEYS (the data keys what it stores is sealed with, as the "
+    "receiver's), HOOKLEDGER_RETENTION_DAYS (the scheduler's nightly retention)."
 )
 
 log = logging.getLogger("reconcile.cli")
@@ -134,7 +136,13 @@ class Context:
             if not self.database_url:
                 _fail("set HOOKLEDGER_DATABASE_URL (or --database-url)")
             try:
-                self._inbox = Store(db.make_engine(self.database_url))
+                data = from_environment()  # HOOKLEDGER_DATA_KEYS: what it stores is sealed too
+                data.warn("reconcile")
+                self._inbox = Store(
+                    db.make_engine(self.database_url),
+                    keyring=data.keyring,
+                    rejections=data.rejections,
+                )
             except ConfigurationError as exc:
                 _fail(exc.message)
         return self._inbox
@@ -570,6 +578,13 @@ def backfill_cmd(
     show_default=True,
     help="Seconds a late run may still start.",
 )
+@click.option(
+    "--retention-at",
+    default="03:30",
+    show_default=True,
+    help="UTC time of the daily retention (redact, then prune, as HOOKLEDGER_RETENTION_DAYS says).",
+)
+@click.option("--no-retention", is_flag=True, help="Do not run the retention job here.")
 @click.pass_obj
 def schedule_cmd(
     obj: Context,
@@ -578,6 +593,8 @@ def schedule_cmd(
     nightly_hours: float,
     nightly_sweep_budget: int,
     misfire_grace: int,
+    retention_at: str,
+    no_retention: bool,
 ) -> None:
     from reconcile import scheduler as sched
 
@@ -610,6 +627,14 @@ def schedule_cmd(
         finally:
             client.close()
 
+    def retain() -> None:
+        try:
+            policy = from_environment().retention
+            report = obj.inbox().retention.run(policy)
+            logger.info("%s", report.render(), extra={"action": "retention"})
+        except Exception:
+            logger.exception("retention run failed")
+
     try:
         scheduler = sched.configure(
             sched.blocking_scheduler(),
@@ -617,6 +642,8 @@ def schedule_cmd(
             every_minutes=every_minutes,
             nightly_at=nightly_at,
             misfire_grace=misfire_grace,
+            retention=None if no_retention else retain,
+            retention_at=retention_at,
         )
     except ValueError as exc:
         _fail(str(exc))
@@ -629,7 +656,8 @@ def schedule_cmd(
     signal.signal(signal.SIGINT, stop)
     click.echo(
         f"reconcile schedule: incremental every {every_minutes:g} min, "
-        f"wide at {nightly_at} UTC over {nightly_hours:g} h",
+        f"wide at {nightly_at} UTC over {nightly_hours:g} h"
+        + ("" if no_retention else f", retention at {retention_at} UTC"),
         err=True,
     )
     scheduler.start()
