@@ -274,7 +274,7 @@ def redact_cmd(older_than_days: float | None, dry_run: bool, as_json: bool) -> N
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @with_appcontext
 def retention_cmd(dry_run: bool, as_json: bool) -> None:
-    """Redact, then prune, as HOOKLEDGER_RETENTION_DAYS says (what the scheduler process
+    """Prune, then redact, as HOOKLEDGER_RETENTION_DAYS says (what the scheduler process
     runs every night)."""
     state = _state()
     report = state.store.retention.run(state.settings.data.retention, dry_run=dry_run)

@@ -11,7 +11,8 @@ dead-letter it.
 
 ``prune`` deletes finished events, dead letters, conflict records and rejected deliveries,
 each past its own age (:class:`receiver.atrest.RetentionPolicy`). Open events are never
-touched. The scheduler process runs both every night (``reconcile schedule``).
+touched. The scheduler process runs both every night (``reconcile schedule``), pruning
+first (nothing is redacted that is about to be deleted).
 
 Both work in batches of short transactions (on SQLite they leave the write lock free between
 batches, as the worker does, so webhooks are not starved).
@@ -67,7 +68,7 @@ class RetentionReport:
         redacted = ", ".join(f"{n} {k}" for k, n in self.redacted.items()) or "nothing"
         pruned = ", ".join(f"{n} {k}" for k, n in self.pruned.items()) or "nothing"
         return (
-            f"retention ({self.policy}): {verb}redacted {redacted}; {verb}pruned {pruned} "
+            f"retention ({self.policy}): {verb}pruned {pruned}; {verb}redacted {redacted} "
             f"in {self.seconds:.2f} s"
         )
 
@@ -83,13 +84,14 @@ class Retention:
         return f"Retention(dialect={self.storage.sql.name!r})"
 
     def run(self, policy: RetentionPolicy, *, dry_run: bool = False) -> RetentionReport:
-        """Redact, then prune, as ``policy`` says (the scheduler's nightly job)."""
+        """Prune, then redact, as ``policy`` says (the scheduler's nightly job)."""
         started = time.monotonic()
         report = RetentionReport(policy=policy.describe(), dry_run=dry_run)
+        # Pruning first: no need to redact what is about to be deleted.
+        report.pruned = self.prune(policy, dry_run=dry_run)
         redact_age = policy.age("redact")
         if redact_age is not None:
             report.redacted = self.redact(redact_age, dry_run=dry_run)
-        report.pruned = self.prune(policy, dry_run=dry_run)
         report.seconds = time.monotonic() - started
         log.info(
             "%s",

@@ -582,7 +582,7 @@ def backfill_cmd(
     "--retention-at",
     default="03:30",
     show_default=True,
-    help="UTC time of the daily retention (redact, then prune, as HOOKLEDGER_RETENTION_DAYS says).",
+    help="UTC time of the daily retention (prune, then redact, as HOOKLEDGER_RETENTION_DAYS says).",
 )
 @click.option("--no-retention", is_flag=True, help="Do not run the retention job here.")
 @click.pass_obj

@@ -1,8 +1,8 @@
 """The reconcile schedule (APScheduler 3.x), run as its own process: ``reconcile schedule``.
 
 Two jobs: a frequent incremental run (default every 10 minutes) and a nightly wide run
-(default 02:00 UTC over the previous 48 hours); and the receiver's retention (redact, then
-prune, daily at 03:30 UTC). All coalesce missed firings into one run, never overlap
+(default 02:00 UTC over the previous 48 hours); and the receiver's retention (prune, then
+redact, daily at 03:30 UTC). All coalesce missed firings into one run, never overlap
 (``max_instances=1``; the database lock also keeps other hosts out), and are skipped when
 more than ``misfire_grace`` seconds late. Never start this inside web workers.
 """
@@ -48,7 +48,7 @@ def configure(
     retention_at: str = "03:30",
 ) -> BaseScheduler:
     """Add the two reconcile jobs to ``scheduler``; ``run(mode)`` does one run. With
-    ``retention``, a third job calls it daily at ``retention_at`` UTC (redact, then prune:
+    ``retention``, a third job calls it daily at ``retention_at`` UTC (prune, then redact:
     :mod:`receiver.retention`)."""
     if every_minutes <= 0:
         raise ValueError("the incremental interval must be positive")
@@ -78,7 +78,7 @@ def configure(
             retention,
             CronTrigger(hour=retention_time[0], minute=retention_time[1], timezone="UTC"),
             id=RETENTION_JOB,
-            name="nightly retention (redact, prune)",
+            name="nightly retention (prune, redact)",
             replace_existing=True,
             **defaults,
         )
