@@ -32,6 +32,7 @@ from sqlalchemy import Table, and_, bindparam, delete, func, select, update
 from receiver.atrest import RetentionPolicy
 from receiver.errors import DataUnavailable
 from receiver.models import EventStatus, Rejection
+from receiver.rotation import conflict_recorded
 from receiver.sealing import BODY, REDACTED_BODY, REDACTED_HEADERS
 from receiver.sql.tables import CONFLICT, EVENT, HANDLER_RUN
 from receiver.storage import Storage
@@ -191,22 +192,21 @@ class Retention:
                 (table.c.key_id.is_(None)) | (table.c.key_id != primary),
             )
         ).all()
-        changes = []
+        rekey = (
+            update(table)
+            .where(table.c.id == bindparam("r_id"))
+            .values(body_sha256=bindparam("r_hash"), key_id=bindparam("r_key"))
+        )
         for row in rows:
             try:
                 body = keyring.open(row.body, purpose=BODY, context=row.event_id)
             except DataUnavailable:
                 continue  # its key is gone: it keeps the hash it has
-            changes.append(
-                {"r_id": row.id, "r_hash": keyring.digest(body, primary), "r_key": primary}
-            )
-        if changes:
-            conn.execute(
-                update(table)
-                .where(table.c.id == bindparam("r_id"))
-                .values(body_sha256=bindparam("r_hash"), key_id=bindparam("r_key")),
-                changes,
-            )
+            digest = keyring.digest(body, primary)
+            if table is CONFLICT and conflict_recorded(conn, row.event_id, digest, row.id):
+                conn.execute(delete(CONFLICT).where(CONFLICT.c.id == row.id))  # a copy
+                continue
+            conn.execute(rekey, {"r_id": row.id, "r_hash": digest, "r_key": primary})
 
     # -- pruning --------------------------------------------------------------------------
 

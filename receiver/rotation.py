@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Table, and_, bindparam, func, or_, select, tuple_, update
+from sqlalchemy import Table, and_, bindparam, delete, func, or_, select, tuple_, update
 
 from receiver.errors import ConfigurationError, DataUnavailable
 from receiver.models import DEFERRED_PREFIX, Rejection
@@ -232,7 +232,7 @@ class KeyRotation:
         self,
         table: Table,
         where: Any,
-        rotate: Callable[[Any], dict[str, Any] | None],
+        rotate: Callable[[Any, Any], dict[str, Any] | None],
         statement: Any,
         name: str,
         report: RotationReport,
@@ -244,7 +244,8 @@ class KeyRotation:
         cursor: tuple[Any, ...],
     ) -> int:
         """One pass over ``table``'s rows matching ``where``, in ``order``, a transaction a
-        batch; ``rotate(row)`` returns the new values of a row (``None``: leave it)."""
+        batch; ``rotate(conn, row)`` returns the new values of a row for ``statement`` (an
+        empty dict: it wrote them itself; ``None``: it left the row)."""
         rotated = 0
         keyset = tuple_(*order) if len(order) > 1 else order[0]
         while stop is None or not stop.is_set():
@@ -261,9 +262,9 @@ class KeyRotation:
                 ).all()
                 if not rows:
                     return rotated
-                changes = [c for c in (rotate(row) for row in rows) if c is not None]
-                if changes:
-                    conn.execute(statement, changes)
+                changes = [c for c in (rotate(conn, row) for row in rows) if c is not None]
+                if any(changes):
+                    conn.execute(statement, [c for c in changes if c])
             last = rows[-1]
             cursor = tuple(getattr(last, col.name) for col in order)
             rotated += len(changes)
@@ -285,7 +286,7 @@ class KeyRotation:
     ) -> int:
         keyring, p = self.storage.keyring, self.primary
 
-        def rotate(row: Any) -> dict[str, Any] | None:
+        def rotate(_conn: Any, row: Any) -> dict[str, Any] | None:
             values = {
                 "r_id": row.id,
                 "r_body": row.body,
@@ -362,7 +363,7 @@ class KeyRotation:
     ) -> int:
         keyring, p = self.storage.keyring, self.primary
 
-        def rotate(row: Any) -> dict[str, Any] | None:
+        def rotate(conn: Any, row: Any) -> dict[str, Any] | None:
             try:
                 body = keyring.open(row.body, purpose=BODY, context=row.event_id)
                 headers = keyring.open_text_strict(
@@ -371,13 +372,23 @@ class KeyRotation:
             except DataUnavailable as exc:
                 self._unreadable(report, f"hookledger_event_conflict #{row.id}", exc)
                 return None
-            return {
-                "r_id": row.id,
-                "r_body": keyring.seal(body, purpose=BODY, context=row.event_id),
-                "r_headers": keyring.seal_text(headers, purpose=HEADERS, context=row.event_id),
-                "r_hash": keyring.digest(body, p),
-                "r_key": p,
-            }
+            digest = keyring.digest(body, p)
+            if conflict_recorded(conn, row.event_id, digest, row.id):
+                # The same body was recorded again under another key (its hash differed):
+                # now that both hashes agree, one record is enough.
+                conn.execute(delete(CONFLICT).where(CONFLICT.c.id == row.id))
+                return {}
+            conn.execute(
+                statement,
+                {
+                    "r_id": row.id,
+                    "r_body": keyring.seal(body, purpose=BODY, context=row.event_id),
+                    "r_headers": keyring.seal_text(headers, purpose=HEADERS, context=row.event_id),
+                    "r_hash": digest,
+                    "r_key": p,
+                },
+            )
+            return {}  # written at once: the next row's check must see it
 
         statement = (
             update(CONFLICT)
@@ -419,7 +430,7 @@ class KeyRotation:
     ) -> int:
         keyring, p = self.storage.keyring, self.primary
 
-        def rotate(row: Any) -> dict[str, Any] | None:
+        def rotate(_conn: Any, row: Any) -> dict[str, Any] | None:
             try:
                 body = keyring.open(row.body, purpose=REJECTED_BODY)
             except DataUnavailable as exc:
@@ -459,7 +470,7 @@ class KeyRotation:
     ) -> int:
         keyring = self.storage.keyring
 
-        def rotate(row: Any) -> dict[str, Any] | None:
+        def rotate(_conn: Any, row: Any) -> dict[str, Any] | None:
             try:
                 text, changed = keyring.reseal_text(
                     row.last_error, purpose=ERROR, keep_prefix=DEFERRED_PREFIX
@@ -493,6 +504,20 @@ class KeyRotation:
             order=(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler),
             cursor=(-1, ""),
         )
+
+
+def conflict_recorded(conn: Any, event_id: str, digest: str, other_than: int) -> bool:
+    """Whether another conflict record holds the body hashed ``digest`` for ``event_id``."""
+    return (
+        conn.execute(
+            select(CONFLICT.c.id).where(
+                CONFLICT.c.event_id == event_id,
+                CONFLICT.c.body_sha256 == digest,
+                CONFLICT.c.id != other_than,
+            )
+        ).first()
+        is not None
+    )
 
 
 def _not_key(table: Table, key_id: str) -> Any:

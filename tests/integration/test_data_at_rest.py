@@ -378,13 +378,16 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
     k1, _ = make_app(hooks, data_keys=f"k1:{KEY1}", max_attempts=1, rejections_body_bytes=64)
     a1 = encode(build_event("payment_succeeded", event_id="evt_a1", object_id="p3"))
     post(k1, a1)
-    post(k1, encode(build_event("payment_succeeded", event_id="evt_a1", object_id="p4")))
+    c1 = encode(build_event("payment_succeeded", event_id="evt_a1", object_id="p4"))
+    assert post(k1, c1).json["status"] == "conflict"
     post(k1, encode(build_event("payment_failed", event_id="evt_a2", object_id="p5")))
     k1.test_client().post("/webhooks/", data=b'{"forged": true}')
     drain(k1)
     store_of(k1).rejections.flush()
 
     k2, _ = make_app(hooks, data_keys=f"k2:{KEY2},k1:{KEY1}", rejections_body_bytes=64)
+    # The same conflicting body again: under k2 its hash differs, so it is a second record.
+    assert post(k2, c1).json["status"] == "conflict"
     rotation = store_of(k2).rotation
     assert rotation.status()["remaining"] == {
         "events": 4,
@@ -401,6 +404,8 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
         "rejections": 1,
         "handler_errors": 2,
     }
+    with store_of(k2).engine.connect() as conn:  # the two records of one body are one again
+        assert conn.execute(sa.text("SELECT count(*) FROM hookledger_event_conflict")).scalar() == 1
     # Only k2 is needed now, for everything.
     only, _ = make_app(hooks, data_keys=f"k2:{KEY2}")
     store = store_of(only)
@@ -509,3 +514,25 @@ def test_the_reconciler_stores_sealed_rows(database_url: str, engine: sa.Engine)
     assert inbox.keyring.primary == "k1"
     assert plaintext_found(engine, CANARY) == []
     inbox.engine.dispose()
+
+
+def test_redaction_keys_the_body_hash_with_the_primary_so_old_keys_can_go(
+    make_app: AppFactory,
+) -> None:
+    """A redacted row has no body left to hash again: redaction keys its hash with the
+    primary key first, so retiring an older key never loses duplicate detection."""
+    old, _ = make_app(data_keys=f"k1:{KEY1}")
+    paid = encode(build_event("payment_succeeded", event_id="evt_r", object_id="pay_r"))
+    assert post(old, paid).json["status"] == "inserted"
+    drain(old)
+    new, _ = make_app(data_keys=f"k2:{KEY2},k1:{KEY1}")
+    store = store_of(new)
+    store.clock = lambda: datetime.now(UTC) + timedelta(days=40)
+    assert store.retention.redact(timedelta(days=30))["events"] == 1
+    row = store.get("evt_r")
+    assert row is not None and row.key_id == "k2" and row.body == b""
+    assert store.rotation.status()["redacted_elsewhere"] == {}
+    only, _ = make_app(data_keys=f"k2:{KEY2}")
+    assert post(only, paid).json["status"] == "duplicate"
+    other = encode(build_event("payment_succeeded", event_id="evt_r", object_id="pay_other"))
+    assert post(only, other).json["status"] == "conflict"
