@@ -53,6 +53,8 @@ REJECTION: Table = Rejection.__table__  # type: ignore[attr-defined]
 #: The reason of a row that only carries a count of rejections not recorded.
 RATE_LIMITED = "rate_limited"
 _MAX_HEADER_NAMES = 40
+#: Intervals without a rejection after which the writer thread ends (the next one starts it).
+_IDLE_ROUNDS = 30
 _MAX_NAME = 64
 
 
@@ -150,6 +152,8 @@ class RejectionLog:
         touches the database and never raises; returns whether a row was queued."""
         if not self.policy.enabled:
             return False
+        if self._pid != os.getpid():
+            self._after_fork()
         try:
             with self._lock:
                 if not self._bucket.take():
@@ -186,13 +190,15 @@ class RejectionLog:
 
     # -- the writer -----------------------------------------------------------------------
 
+    def _after_fork(self) -> None:
+        """In a forked child, the parent's writer thread and locks are not ours."""
+        self._pid = os.getpid()
+        self._thread = None
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pending = []
+
     def _ensure_writer(self) -> None:
-        if self._pid != os.getpid():  # forked: the parent's thread and locks are not ours
-            self._pid = os.getpid()
-            self._thread = None
-            self._write_lock = threading.Lock()
-        if self._thread is not None and self._thread.is_alive():
-            return
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
@@ -202,8 +208,17 @@ class RejectionLog:
             self._thread.start()
 
     def _run(self) -> None:
+        idle = 0
         while not self._closed:
-            self._wake.wait(self.interval)
+            if not self._wake.wait(self.interval):
+                idle += 1
+                if idle >= _IDLE_ROUNDS:
+                    with self._lock:  # record() queues under this lock: nothing is left behind
+                        if not self._pending:
+                            self._thread = None
+                            return
+                continue
+            idle = 0
             self._wake.clear()
             # Batch what a burst queues within the interval into one transaction.
             time.sleep(min(self.interval, 0.2))

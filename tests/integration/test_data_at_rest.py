@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import sqlite3
+import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -536,3 +537,37 @@ def test_redaction_keys_the_body_hash_with_the_primary_so_old_keys_can_go(
     assert post(only, paid).json["status"] == "duplicate"
     other = encode(build_event("payment_succeeded", event_id="evt_r", object_id="pay_other"))
     assert post(only, other).json["status"] == "conflict"
+
+
+def test_the_commands(make_app: AppFactory) -> None:
+    """keys new, rotate-keys without a key, redact and retention, one line on errors."""
+    plain, _ = make_app()
+    runner = plain.test_cli_runner()
+    new = runner.invoke(args=["hookledger", "keys", "new", "--id", "k7"])
+    assert new.exit_code == 0 and new.output.startswith("k7:")
+    key = new.output.splitlines()[0].split(":", 1)[1]
+    assert len(base64.b64decode(key)) == 32
+    refused = runner.invoke(args=["hookledger", "rotate-keys"])
+    assert refused.exit_code == 2 and "HOOKLEDGER_DATA_KEYS" in refused.output
+    app, _ = make_app(data_keys=f"k7:{key}")
+    store = store_of(app)
+    post(app, encode(build_event("payment_succeeded", event_id="evt_cmd")))
+    drain(app)
+    store.clock = lambda: datetime.now(UTC) + timedelta(days=31)
+    runner = app.test_cli_runner()
+    dry = runner.invoke(args=["hookledger", "redact", "--dry-run"])
+    assert dry.exit_code == 0 and dry.output.startswith("1 event(s)") and "would be" in dry.output
+    result = runner.invoke(args=["hookledger", "retention", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["redacted"]["events"] == 1
+    assert runner.invoke(args=["hookledger", "redact", "--older-than-days", "0.5"]).exit_code == 2
+
+
+def test_the_rejection_writer_needs_no_flush(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    assert app.test_client().post("/webhooks/", data=b"{}").status_code == 401
+    store = store_of(app)
+    deadline = datetime.now(UTC) + timedelta(seconds=10)
+    while not store.rejections.rows() and datetime.now(UTC) < deadline:
+        threading.Event().wait(0.05)
+    assert [r.reason for r in store.rejections.rows()] == ["signature_missing"]
