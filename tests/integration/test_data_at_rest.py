@@ -546,7 +546,7 @@ def test_the_commands(make_app: AppFactory) -> None:
     new = runner.invoke(args=["hookledger", "keys", "new", "--id", "k7"])
     assert new.exit_code == 0 and new.output.startswith("k7:")
     key = new.output.splitlines()[0].split(":", 1)[1]
-    assert len(base64.b64decode(key)) == 32
+    assert len(base64.urlsafe_b64decode(key)) == 32
     refused = runner.invoke(args=["hookledger", "rotate-keys"])
     assert refused.exit_code == 2 and "HOOKLEDGER_DATA_KEYS" in refused.output
     app, _ = make_app(data_keys=f"k7:{key}")
