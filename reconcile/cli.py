@@ -137,7 +137,6 @@ class Context:
                 _fail("set HOOKLEDGER_DATABASE_URL (or --database-url)")
             try:
                 data = from_environment()  # HOOKLEDGER_DATA_KEYS: what it stores is sealed too
-                data.warn("reconcile")
                 self._inbox = Store(
                     db.make_engine(self.database_url),
                     keyring=data.keyring,
@@ -626,6 +625,8 @@ def schedule_cmd(
             logger.exception("reconcile run failed")
         finally:
             client.close()
+
+    from_environment().warn("reconcile schedule")
 
     def retain() -> None:
         try:

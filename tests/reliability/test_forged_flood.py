@@ -98,8 +98,8 @@ def test_a_forged_flood_leaves_valid_receipt_alone(database_url: str, tmp_path: 
                 ready = Path(f"{outs[name]}.ready")
                 wait_until(ready.exists, timeout=30, message="the flood process to start")
             session = requests.Session()
-            for url in urls.values():
-                _round(session, url, f"warmup{url[-12:-10]}")
+            for name, url in urls.items():
+                _round(session, url, f"warmup_{name}")
             # Short rounds, interleaved: calm, flooded, flooded with the log off, again and
             # again, so that the machine's other load falls on every condition alike.
             conditions = (("calm", "on", False), ("flood", "on", True), ("log_off", "off", True))
