@@ -184,7 +184,17 @@ def measure(what: str, base_url: str, db_url: str, traced: bool, limit: float | 
         timer.start()
     if what == "reconcile":
         report = Reconciler(client, Store(engine), progress=progress).run(
-            ReconcileOptions(kinds=["payments"], mode="window", since=SINCE, until=UNTIL)
+            # The lists path, which the yardstick's page fetching is the floor of: no sweep,
+            # no events API; the bench database is a fresh account, not adopted.
+            ReconcileOptions(
+                kinds=["payments"],
+                mode="window",
+                since=SINCE,
+                until=UNTIL,
+                sweep_budget=0,
+                events=False,
+                require_adoption=False,
+            )
         )
         kind = report.kinds["payments"]
         result.update(

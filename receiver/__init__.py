@@ -21,6 +21,9 @@ from receiver.signature import Secret, sign, verify
 if TYPE_CHECKING:
     from receiver.extension import WebhookReceiver
 
+#: hookledger's version (the distribution's; ``hookledger --version``).
+__version__ = "0.1.0.dev0"
+
 
 def __getattr__(name: str) -> Any:
     # The Flask extension pulls in Flask, SQLAlchemy and Alembic: import it only when asked,
@@ -33,6 +36,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "__version__",
     "ConfigurationError",
     "Defer",
     "Event",

@@ -11,6 +11,7 @@ import logging
 
 from flask import Blueprint, Response, jsonify, request
 
+from receiver import signals
 from receiver.atrest import check_event_age
 from receiver.db import head_revision
 from receiver.errors import (
@@ -94,7 +95,9 @@ def receive() -> tuple[Response, int]:
                     "signature_failure": isinstance(exc, SignatureError),
                 },
             )
+        signals.rejected(exc)
         return error_response(exc)
+    signals.received(event, outcome.result, secret_id)
     log.info(
         "webhook %s",
         outcome.result,

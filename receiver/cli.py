@@ -1,7 +1,12 @@
 """Operator commands: ``flask hookledger ...`` (added by ``init_app``) or ``hookledger --app ...``.
 
 Every command needs the merchant's app (it holds the handlers and the settings). Errors are
-one line on stderr and a non-zero exit; ``--json`` where ops will script it.
+one line on stderr and a documented exit code, never a traceback; ``--json`` where ops will
+script it; ``--log-level`` and ``--log-format`` on every command.
+
+Exit codes: 0 ok; 1 a problem found (``status``) or no such event (``show``); 2 usage or
+configuration error (a missing secret, a bad database URL, a missing driver, the schema
+missing or behind); 5 the database is unreachable.
 """
 
 from __future__ import annotations
@@ -11,37 +16,88 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import wraps
+from typing import Any, TypeVar
 
 import click
 from flask import current_app
 from flask.cli import FlaskGroup, with_appcontext
 from sqlalchemy.exc import DBAPIError
 
-from receiver import db
+from receiver import __version__, db, heartbeat, queries
+from receiver.cliutil import (
+    EXIT_PROBLEM,
+    EXIT_USAGE,
+    add_log_options,
+    describe_error,
+    long_running,
+    run_main,
+)
 from receiver.datacli import register as register_data_commands
 from receiver.errors import HookledgerError
 from receiver.events import parse_event
-from receiver.models import EventStatus, InboxEvent
+from receiver.models import EventStatus, InboxEvent, Source
 from receiver.operations import EventFilter
-from receiver.settings import DOCUMENTED, PREFIX
+from receiver.redact import mask_body, mask_headers
+from receiver.settings import DOCUMENTED, PREFIX, SECRETS_OPTIONAL
 from receiver.state import ReceiverState, receiver_state
 
 ENV_HELP = "Settings (app.config or environment): " + "; ".join(
     f"{PREFIX}{k}: {v}" for k, v in DOCUMENTED.items()
 )
+EXIT_HELP = (
+    "Exit codes: 0 ok, 1 a problem found (status) or no such event (show), 2 usage or "
+    "configuration error (missing secret, bad database URL, missing driver, schema missing: "
+    "run `hookledger db upgrade`), 5 database unreachable."
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _state() -> ReceiverState:
     return receiver_state(current_app)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
     click.echo(f"hookledger: {message}", err=True)
-    sys.exit(2)
+    sys.exit(code)
 
 
-@click.group("hookledger", help="hookledger webhook inbox.\n\n" + ENV_HELP)
+def read_only(func: F) -> F:
+    """Decorate a command (outside ``with_appcontext``) that never verifies a signature: the
+    app is loaded without requiring HOOKLEDGER_SECRETS."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        token = SECRETS_OPTIONAL.set(True)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            SECRETS_OPTIONAL.reset(token)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _engine(*, schema: bool = True) -> Any:
+    """The receiver's engine; with ``schema``, first check it is migrated (one line and exit
+    2 when it is not, exit 5 when the database cannot be reached)."""
+    engine = _state().store.engine
+    if schema:
+        try:
+            db.check_schema(engine)
+        except (HookledgerError, DBAPIError) as exc:
+            message, code = describe_error(exc)
+            _fail(message, code)
+    return engine
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+@click.group("hookledger", help="hookledger webhook inbox.\n\n" + ENV_HELP + "\n\n" + EXIT_HELP)
 def hookledger_group() -> None:
     pass
 
@@ -52,7 +108,13 @@ def db_group() -> None:
 
 
 @db_group.command("upgrade")
-@click.option("--revision", default="head", show_default=True)
+@click.option(
+    "--revision",
+    default="head",
+    show_default=True,
+    help="Migrate up (or down) to this Alembic revision of the receiver's tree.",
+)
+@read_only
 @with_appcontext
 def db_upgrade(revision: str) -> None:
     """Create or upgrade hookledger's tables."""
@@ -62,18 +124,52 @@ def db_upgrade(revision: str) -> None:
 
 
 @db_group.command("current")
+@read_only
 @with_appcontext
 def db_current() -> None:
-    """Print the schema revision."""
-    click.echo(db.current_revision(_state().store.engine) or "none")
+    """Print the schema revision (and the latest one this version ships)."""
+    engine = _state().store.engine
+    current = db.current_revision(engine)
+    head = db.head_revision()
+    note = "" if current == head else " (behind: run `hookledger db upgrade`)"
+    click.echo(f"{current or 'none'} (head {head}){note}")
 
 
 @hookledger_group.command("worker")
 @click.option("--burst", is_flag=True, help="Exit when no event is due.")
-@click.option("--lease-seconds", type=float, default=None)
-@click.option("--poll-interval", type=float, default=None)
-@click.option("--batch-size", type=click.IntRange(1, 1000), default=None)
+@click.option(
+    "--lease-seconds",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Lease on an event while its handlers run (HOOKLEDGER_LEASE_SECONDS).",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds to sleep when no event is due (HOOKLEDGER_POLL_INTERVAL).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 1000),
+    default=None,
+    help="Events claimed and committed together (HOOKLEDGER_BATCH_SIZE).",
+)
 @click.option("--name", default=None, help="Worker name shown in lease columns.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    envvar="HOOKLEDGER_WORKER_METRICS_PORT",
+    help="Serve this worker's Prometheus metrics on this port "
+    "(HOOKLEDGER_WORKER_METRICS_PORT; needs hookledger.metrics enabled in the app).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address for --metrics-port.",
+)
 @with_appcontext
 def worker_cmd(
     burst: bool,
@@ -81,6 +177,8 @@ def worker_cmd(
     poll_interval: float | None,
     batch_size: int | None,
     name: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Process events. SIGTERM finishes the current event, then exits."""
     state = _state()
@@ -94,6 +192,7 @@ def worker_cmd(
         if v is not None
     }
     worker = state.worker(name=name, **overrides)
+    worker.heartbeat = not burst
 
     def _stop(signum: int, _frame: Any) -> None:
         logging.getLogger("receiver.worker").info(
@@ -108,9 +207,17 @@ def worker_cmd(
         return
     if not state.registry.handlers:
         click.echo("hookledger: warning: no handlers are registered", err=True)
+    state.settings.data.warn("hookledger worker")  # no data key, a short maximum event age
+    if metrics_port is not None:
+        from receiver.metrics import serve_worker_metrics
+
+        serve_worker_metrics(metrics_port, metrics_host, engine=state.store.engine)
     click.echo(f"hookledger worker {worker.name} started", err=True)
     count = worker.run(burst=burst)
     click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
+
+
+long_running(worker_cmd)
 
 
 def _wait_for_schema(engine: Any, stopping: threading.Event) -> bool:
@@ -145,8 +252,10 @@ def _filter_options(func: Any) -> Any:
         click.option(
             "--until", type=click.DateTime(), default=None, help="Received at or before (UTC)."
         ),
-        click.option("--limit", type=int, default=None),
-        click.option("--dry-run", is_flag=True, help="Show what would be done."),
+        click.option(
+            "--limit", type=click.IntRange(min=1), default=None, help="At most this many events."
+        ),
+        click.option("--dry-run", is_flag=True, help="Show what would be done; change nothing."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
     ]
     for option in reversed(options):
@@ -208,58 +317,281 @@ def _event_filter(options: dict[str, Any]) -> EventFilter:
 @with_appcontext
 def requeue_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     """Requeue dead (or waiting) events; handlers that succeeded are not run again."""
+    _engine()
     try:
         chosen = _state().store.requeue(_event_filter(options), dry_run=dry_run)
     except HookledgerError as exc:  # redacted events are refused
         _fail(exc.message)
+        return
     _print([_row(e) for e in chosen], as_json, "requeued", dry_run)
 
 
 @hookledger_group.command("replay")
 @_filter_options
-@click.option("--status", "statuses", multiple=True, help="Only events in these statuses.")
+@click.option(
+    "--status",
+    "statuses",
+    type=click.Choice(EventStatus.ALL),
+    multiple=True,
+    help="Only events in these statuses (repeatable).",
+)
 @with_appcontext
 def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     """Replay stored events: every handler runs again for a copy (source=replay)."""
     flt = _event_filter(options)
     if flt == EventFilter():
         _fail("replay needs a filter (--id, --event-id, --type, --since/--until or --status)")
+    _engine()
     try:
         pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)
     except HookledgerError as exc:  # redacted events are refused; a body sealed with a key
         _fail(exc.message)  # that is not configured names its row
+        return
     rows = [{**_row(orig), "replay_event_id": new_id} for orig, new_id in pairs]
     _print(rows, as_json, "replayed", dry_run)
 
 
 @hookledger_group.command("events")
-@click.option("--status", "statuses", multiple=True, help="Only events in these statuses.")
+@click.option(
+    "--status",
+    "statuses",
+    type=click.Choice(EventStatus.ALL),
+    multiple=True,
+    help="Only events in these statuses (repeatable).",
+)
 @click.option("--type", "event_types", multiple=True, help="Only events of these types.")
+@click.option(
+    "--source",
+    "sources",
+    type=click.Choice(Source.ALL),
+    multiple=True,
+    help="Only events from these sources (repeatable).",
+)
+@click.option(
+    "--object", "object_", default=None, help="Only events of this object (kind:id or id)."
+)
+@click.option("--since", type=click.DateTime(), default=None, help="Received at or after (UTC).")
 @click.option(
     "--deferred", is_flag=True, help="Only events a handler deferred, with the reason why."
 )
-@click.option("--limit", type=int, default=50, show_default=True, help="At most this many.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=50,
+    show_default=True,
+    help="At most this many events.",
+)
+@click.option(
+    "--offset",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Skip this many of the newest events first (paging).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@read_only
 @with_appcontext
 def events_cmd(
     statuses: tuple[str, ...],
     event_types: tuple[str, ...],
+    sources: tuple[str, ...],
+    object_: str | None,
+    since: datetime | None,
     deferred: bool,
     limit: int,
+    offset: int,
     as_json: bool,
 ) -> None:
-    """List stored events."""
-    rows = _state().store.select_events(
-        EventFilter(statuses=statuses, event_types=event_types, limit=limit, deferred=deferred)
+    """List stored events, newest first, with the reason of stale, duplicate, deferred and
+    failed ones."""
+    engine = _engine()
+    page = queries.list_events(
+        engine,
+        keyring=_state().store.keyring,
+        q=queries.EventQuery(
+            statuses=statuses,
+            event_types=event_types,
+            sources=sources,
+            object=object_,
+            since=_utc(since),
+            deferred=deferred,
+            limit=limit,
+            offset=offset,
+        ),
     )
-    _print([_row(e) for e in rows], as_json, "listed", False, reasons=deferred)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "offset": offset,
+                    "has_more": page.has_more,
+                    "listed": [r.as_dict() for r in page.rows],
+                },
+                default=str,
+            )
+        )
+        return
+    for r in page.rows:
+        when = r.received_at.strftime("%Y-%m-%d %H:%M:%S")
+        line = f"#{r.id} {when} {r.event_id} {r.event_type} {r.status} {r.source} {r.object_key}"
+        if r.reason and (deferred or r.status != EventStatus.DONE):
+            line += f" ({r.reason[:200]})"
+        click.echo(line)
+    more = f"; more with --offset {offset + limit}" if page.has_more else ""
+    click.echo(f"{len(page.rows)} event(s) listed{more}")
+
+
+@hookledger_group.command("show")
+@click.argument("event")
+@click.option("--body", "with_body", is_flag=True, help="Also print the body (secrets masked).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@read_only
+@with_appcontext
+def show_cmd(event: str, with_body: bool, as_json: bool) -> None:
+    """One event (EVENT: its inbox id, #id, or event id): its headers, the guard's decision,
+    its object's transitions and projection, and each handler's ledger row with the
+    traceback of its last failure."""
+    engine = _engine()
+    detail = queries.find_event(engine, event, keyring=_state().store.keyring)
+    if detail is None:
+        _fail(f"no event {event!r}", EXIT_PROBLEM)
+        return
+    r = detail.row
+    data: dict[str, Any] = {
+        **r.as_dict(),
+        "object_status": r.object_status,
+        "object_stage": r.object_stage,
+        "next_attempt_at": r.next_attempt_at.isoformat() if r.next_attempt_at else None,
+        "lease_owner": r.lease_owner,
+        "replay_of": r.replay_of,
+        "replays": list(detail.replays),
+        "last_error": r.last_error,
+        "secret_id": detail.secret_id,
+        "body_sha256": detail.body_sha256,
+        "conflicting_deliveries": detail.conflicts,
+        "headers": mask_headers(detail.headers),
+        "projection": None
+        if detail.projection is None
+        else {
+            "status": detail.projection.status,
+            "stage": detail.projection.stage,
+            "event_pk": detail.projection.event_pk,
+        },
+        "transitions": [
+            {"state": t.state, "event_pk": t.event_pk, "at": t.created_at.isoformat()}
+            for t in detail.transitions
+        ],
+        "ledger": [
+            {
+                "handler": h.handler,
+                "status": h.status,
+                "attempts": h.attempts,
+                "updated_at": h.updated_at.isoformat(),
+                "last_error": h.last_error,
+            }
+            for h in detail.ledger
+        ],
+    }
+    if with_body:
+        data["body"] = mask_body(detail.body)
+    if as_json:
+        click.echo(json.dumps(data, default=str, indent=2))
+        return
+    out = [
+        f"#{r.id} {r.event_id} {r.event_type}",
+        f"  status     {r.status} (attempts {r.attempts}, source {r.source})",
+        f"  object     {r.object_key} reported {r.object_status or '-'}"
+        + (f" / {r.object_stage}" if r.object_stage else ""),
+        f"  received   {r.received_at.isoformat()}",
+        f"  event time {r.event_time.isoformat() if r.event_time else '-'}",
+    ]
+    if r.processed_at:
+        out.append(f"  processed  {r.processed_at.isoformat()}")
+    if r.status in EventStatus.OPEN:
+        due = r.next_attempt_at.isoformat() if r.next_attempt_at else "-"
+        out.append(
+            f"  next try   {due}" + (f" (leased by {r.lease_owner})" if r.lease_owner else "")
+        )
+    if r.last_error:
+        label = "guard" if r.status in (EventStatus.STALE, EventStatus.DUPLICATE) else "reason"
+        out.append(f"  {label:<10} {r.last_error.strip().splitlines()[-1]}")
+    out.append(f"  secret id  {detail.secret_id or '-'}  body sha256 {detail.body_sha256}")
+    if detail.conflicts:
+        out.append(f"  conflicts  {detail.conflicts} delivery(ies) with another body")
+    if r.replay_of:
+        out.append(f"  replay of  #{r.replay_of}")
+    if detail.projection is not None:
+        p = detail.projection
+        out.append(
+            f"  projection {p.status}"
+            + (f" / {p.stage}" if p.stage else "")
+            + f" (by #{p.event_pk})"
+        )
+    for t in detail.transitions:
+        by = "adoption" if t.event_pk == 0 else f"#{t.event_pk}"
+        out.append(f"  transition {t.state} dispatched by {by} at {t.created_at.isoformat()}")
+    out.append("  headers")
+    out += [f"    {k}: {v}" for k, v in sorted(data["headers"].items())]
+    if not detail.ledger:
+        out.append("  ledger     (no handler ran)")
+    for h in detail.ledger:
+        out.append(f"  handler    {h.handler}: {h.status} (attempts {h.attempts})")
+        if h.last_error:
+            out += [f"      {line}" for line in h.last_error.rstrip().splitlines()]
+    if with_body:
+        out.append("  body (secrets and card numbers masked)")
+        out += [f"    {line}" for line in data["body"].splitlines()]
+    click.echo("\n".join(out))
+
+
+@hookledger_group.command("conflicts")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=50,
+    show_default=True,
+    help="At most this many.",
+)
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=0, help="Skip this many of the newest."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@read_only
+@with_appcontext
+def conflicts_cmd(limit: int, offset: int, as_json: bool) -> None:
+    """Deliveries whose event id was stored before with a different body, newest first."""
+    page = queries.list_conflicts(_engine(), limit=limit, offset=offset)
+    rows = [
+        {
+            "id": c.id,
+            "event_id": c.event_id,
+            "event_type": c.event_type,
+            "event_pk": c.event_pk,
+            "source": c.source,
+            "received_at": c.received_at.isoformat(),
+            "body_sha256": c.body_sha256,
+            "secret_id": c.secret_id,
+        }
+        for c in page.rows
+    ]
+    if as_json:
+        click.echo(json.dumps({"has_more": page.has_more, "conflicts": rows}))
+        return
+    for c in rows:
+        click.echo(
+            f"conflict {c['id']} {c['received_at'][:19]} {c['event_id']} {c['event_type']} "
+            f"(stored as #{c['event_pk']}) body {c['body_sha256'][:12]} source {c['source']}"
+        )
+    click.echo(f"{len(rows)} conflict(s) listed")
 
 
 @hookledger_group.command("stats")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@read_only
 @with_appcontext
 def stats_cmd(as_json: bool) -> None:
     """Counts by status and the age of the oldest open event."""
+    _engine()
     counts, age = _state().store.stats()
     payload = {"events": counts, "oldest_open_age_seconds": age}
     if as_json:
@@ -270,21 +602,105 @@ def stats_cmd(as_json: bool) -> None:
         click.echo(f"oldest open event: {age} s")
 
 
+@hookledger_group.command("status")
+@click.option(
+    "--max-open-age",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="A problem when the oldest open (pending or processing) event is older, seconds.",
+)
+@click.option(
+    "--worker-timeout",
+    type=click.FloatRange(min=1),
+    default=heartbeat.DEFAULT_WORKER_TIMEOUT,
+    show_default=True,
+    help="A worker not seen for this long, seconds, is not alive.",
+)
+@click.option(
+    "--no-worker-ok",
+    is_flag=True,
+    help="Do not count 'no worker alive' as a problem (a deployment without workers yet).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@read_only
+@with_appcontext
+def status_cmd(
+    max_open_age: float, worker_timeout: float, no_worker_ok: bool, as_json: bool
+) -> None:
+    """Is anything wrong: workers alive (their heartbeats), the oldest open event's age, dead
+    letters. Exit 1 with one line per problem (for cron, systemd timers, Kubernetes)."""
+    found = heartbeat.check(
+        _engine(),
+        worker_timeout=worker_timeout,
+        max_open_age=max_open_age,
+        require_worker=not no_worker_ok,
+    )
+    if as_json:
+        click.echo(json.dumps(found.as_dict()))
+    else:
+        age = found.oldest_open_age_seconds
+        click.echo(
+            f"workers alive {found.workers_alive}; open events "
+            f"{sum(found.open_events.values())} (pending {found.open_events['pending']}, "
+            f"processing {found.open_events['processing']}); oldest open "
+            f"{'-' if age is None else f'{age:.0f} s'}; dead letters {found.dead_events}"
+        )
+        for w in found.workers:
+            state = "alive" if w.alive else "not seen"
+            click.echo(
+                f"  worker {w.name} {state}, last beat {w.age_seconds:.0f} s ago, "
+                f"{w.processed} event(s) processed"
+            )
+        for problem in found.problems:
+            click.echo(f"hookledger: {problem}", err=True)
+    sys.exit(EXIT_PROBLEM if found.problems else 0)
+
+
 # keys, rotate-keys, redact, prune, retention, rejections (receiver/datacli.py)
 register_data_commands(hookledger_group)
+add_log_options(hookledger_group)
+
+
+class _Programs(FlaskGroup):
+    """``hookledger``: only hookledger's commands (the app is loaded when one runs, never to
+    list them, so ``--help`` works with a broken configuration)."""
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return self.commands.get(name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.commands)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from flask.cli import NoAppException
+
+        try:
+            return super().invoke(ctx)
+        except NoAppException as exc:  # a usage error, said in one line (not with the usage)
+            _fail(exc.format_message().splitlines()[0])
+
+
+def make_program() -> click.Group:
+    """The ``hookledger`` program: hookledger's commands, ``--app``, ``--version``."""
+    cli = _Programs(
+        name="hookledger",
+        add_default_commands=False,
+        add_version_option=False,
+        help="hookledger (needs --app or FLASK_APP).\n\n" + ENV_HELP + "\n\n" + EXIT_HELP,
+    )
+    click.version_option(
+        __version__, "--version", prog_name="hookledger", message="%(prog)s %(version)s"
+    )(cli)
+    for name, command in hookledger_group.commands.items():
+        cli.add_command(command, name)
+    add_log_options(cli)
+    return cli
 
 
 def main() -> None:
     """``hookledger --app module:create_app <command>``."""
-    cli = FlaskGroup(
-        name="hookledger", help="hookledger (needs --app or FLASK_APP).\n\n" + ENV_HELP
-    )
-    for name, command in hookledger_group.commands.items():
-        cli.add_command(command, name)
-    try:
-        cli.main(prog_name="hookledger")
-    except HookledgerError as exc:  # a misconfigured app (init_app refused it): one line
-        _fail(exc.message)
+    run_main("hookledger", make_program())
 
 
 if __name__ == "__main__":

@@ -18,16 +18,22 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import wraps
 from typing import Any, NoReturn, TypeVar
 
 import click
 from flask import current_app
 from flask.cli import with_appcontext
+from sqlalchemy.exc import DBAPIError
 
+from receiver import db
 from receiver.atrest import RetentionPolicy
+from receiver.cliutil import describe_error
 from receiver.crypto import KEY_ID, generate_key
 from receiver.errors import HookledgerError
+from receiver.settings import SECRETS_OPTIONAL
 from receiver.state import ReceiverState, receiver_state
+from receiver.store import Store
 
 EXIT_INCOMPLETE = 1
 
@@ -41,6 +47,33 @@ def _state() -> ReceiverState:
 def _fail(message: str, code: int = 2) -> NoReturn:
     click.echo(f"hookledger: {message}", err=True)
     sys.exit(code)
+
+
+def _store() -> Store:
+    """The store, its schema checked first (one line and exit 2 when it is missing or behind,
+    exit 5 when the database cannot be reached)."""
+    store = _state().store
+    try:
+        db.check_schema(store.engine)
+    except (HookledgerError, DBAPIError) as exc:
+        message, code = describe_error(exc)
+        _fail(message, code)
+    return store
+
+
+def without_secrets(func: F) -> F:
+    """Decorate a command (outside ``with_appcontext``) that never verifies a signature: the
+    app is loaded without requiring HOOKLEDGER_SECRETS (as ``receiver.cli.read_only``)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        token = SECRETS_OPTIONAL.set(True)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            SECRETS_OPTIONAL.reset(token)
+
+    return wrapper  # type: ignore[return-value]
 
 
 # -- keys ---------------------------------------------------------------------------------
@@ -74,11 +107,12 @@ def keys_new(key_id: str | None) -> None:
 
 @keys_group.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@without_secrets
 @with_appcontext
 def keys_status(as_json: bool) -> None:
     """Rows by data key, and what `rotate-keys` has left to do."""
     try:
-        status = _state().store.rotation.status()
+        status = _store().rotation.status()
     except HookledgerError as exc:
         _fail(exc.message)
     if as_json:
@@ -115,13 +149,14 @@ def keys_status(as_json: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Only count what would be sealed again.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@without_secrets
 @with_appcontext
 def rotate_keys_cmd(batch_size: int, dry_run: bool, as_json: bool) -> None:
     """Seal again, with the primary data key, everything sealed with another key or stored
     in the clear. Runs while the system runs, in short batches; stop it any time (SIGINT or
     SIGTERM finish the batch) and run it again to go on. Exit 0 when complete, 1 when rows
     are left (unreadable, or written meanwhile under another key), 2 on a usage error."""
-    store = _state().store
+    store = _store()
     rotation = store.rotation
     rotation.batch_size = batch_size
     try:
@@ -201,6 +236,7 @@ def _policy(**overrides: float | None) -> RetentionPolicy:
 @click.option("--keep-dead", is_flag=True, help="Never delete dead letters this time.")
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@without_secrets
 @with_appcontext
 def prune_cmd(
     done_days: float | None,
@@ -227,7 +263,7 @@ def prune_cmd(
     )
     if keep_dead:
         policy = dataclasses.replace(policy, dead=None)
-    counts = _state().store.retention.prune(policy, dry_run=dry_run)
+    counts = _store().retention.prune(policy, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "policy": policy.describe(), **counts}))
         return
@@ -245,6 +281,7 @@ def prune_cmd(
 )
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@without_secrets
 @with_appcontext
 def redact_cmd(older_than_days: float | None, dry_run: bool, as_json: bool) -> None:
     """Drop the bodies, headers and error texts of finished events and conflict records (and
@@ -258,7 +295,7 @@ def redact_cmd(older_than_days: float | None, dry_run: bool, as_json: bool) -> N
             _fail("redaction is off (redact=never in HOOKLEDGER_RETENTION_DAYS)")
     if days < 1:
         _fail("--older-than-days must be at least 1 (the processor retries for about 24 h)")
-    counts = _state().store.retention.redact(timedelta(days=days), dry_run=dry_run)
+    counts = _store().retention.redact(timedelta(days=days), dry_run=dry_run)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "older_than_days": days, **counts}))
         return
@@ -272,12 +309,13 @@ def redact_cmd(older_than_days: float | None, dry_run: bool, as_json: bool) -> N
 @click.command("retention")
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@without_secrets
 @with_appcontext
 def retention_cmd(dry_run: bool, as_json: bool) -> None:
     """Prune, then redact, as HOOKLEDGER_RETENTION_DAYS says (what the scheduler process
     runs every night)."""
     state = _state()
-    report = state.store.retention.run(state.settings.data.retention, dry_run=dry_run)
+    report = _store().retention.run(state.settings.data.retention, dry_run=dry_run)
     click.echo(json.dumps(report.as_dict()) if as_json else report.render())
 
 
@@ -294,6 +332,7 @@ def retention_cmd(dry_run: bool, as_json: bool) -> None:
 @click.option("--reason", "reasons", multiple=True, help="Only this reason (repeatable).")
 @click.option("--limit", type=int, default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@without_secrets
 @with_appcontext
 def rejections_cmd(
     since: datetime | None, reasons: tuple[str, ...], limit: int, as_json: bool
@@ -301,7 +340,7 @@ def rejections_cmd(
     """Rejected deliveries, newest first, and a summary: why (signature_mismatch, ...), the
     secret ids each signature was checked against, and how many were not recorded (rate
     limit). A key rotation that broke shows as signature_mismatch against the new ids."""
-    store = _state().store
+    store = _store()
     start = since.replace(tzinfo=UTC) if since else store.now() - timedelta(hours=24)
     rows = store.rejections.rows(since=start, reasons=reasons, limit=limit)
     summary = store.rejections.summary(since=start)

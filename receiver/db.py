@@ -8,6 +8,7 @@ with their own version table so they never collide with the application's migrat
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,7 @@ def make_engine(url: str, *, sqlite_busy_timeout: float = 5.0, **kwargs: Any) ->
     fails (the receiver then answers 503 and the processor retries); keep it below the
     processor's delivery timeout.
     """
+    url = normalise_url(url)
     try:
         parsed = make_url(url)
     except Exception as exc:  # noqa: BLE001 - any parse failure is a configuration error
@@ -71,8 +73,29 @@ def make_engine(url: str, *, sqlite_busy_timeout: float = 5.0, **kwargs: Any) ->
         kwargs.setdefault("pool_pre_ping", True)
         kwargs.setdefault("pool_size", 5)
         kwargs.setdefault("max_overflow", 10)
-        return create_engine(url, **kwargs)
+        if parsed.get_driver_name() == "psycopg" and importlib.util.find_spec("psycopg") is None:
+            raise ConfigurationError(
+                "PostgreSQL needs the psycopg driver: pip install 'hookledger[postgres]'"
+            )
+        try:
+            return create_engine(url, **kwargs)
+        except ImportError as exc:  # another driver named in the URL, not installed
+            raise ConfigurationError(
+                f"the database driver {parsed.get_driver_name()!r} is not installed "
+                "(hookledger's is psycopg: pip install 'hookledger[postgres]' and use "
+                "postgresql+psycopg://...)"
+            ) from exc
     raise ConfigurationError(f"unsupported database backend {backend!r} (use sqlite or postgresql)")
+
+
+def normalise_url(url: str) -> str:
+    """``postgres://`` (Heroku, Render, Fly...) and a driverless ``postgresql://`` name
+    hookledger's PostgreSQL driver: ``postgresql+psycopg://``. Other URLs are unchanged."""
+    text = url.strip()
+    for scheme in ("postgres://", "postgresql://"):
+        if text.startswith(scheme):
+            return "postgresql+psycopg://" + text[len(scheme) :]
+    return text
 
 
 def _configure_sqlite(engine: Engine, *, memory: bool, busy_ms: int) -> None:

@@ -106,7 +106,11 @@ class Dispatcher:
             if len(works) == 1:
                 log.warning(
                     "lease lost before the event was finished; its work is rolled back",
-                    extra={"action": "lease_lost", "event_id": works[0].claimed.event_id},
+                    extra={
+                        "action": "lease_lost",
+                        "event_id": works[0].claimed.event_id,
+                        "event_type": works[0].claimed.event_type,
+                    },
                 )
                 return [Outcome(status="lease_lost", ran=(), failures=())]
             return [self.dispatch_many([work])[0] for work in works]
@@ -353,7 +357,11 @@ class Dispatcher:
                 log.error(
                     "event dead-lettered after %d attempts",
                     claimed.attempts,
-                    extra={"action": "dead_letter", "event_id": claimed.event_id},
+                    extra={
+                        "action": "dead_letter",
+                        "event_id": claimed.event_id,
+                        "event_type": claimed.event_type,
+                    },
                 )
             else:
                 status = EventStatus.PENDING

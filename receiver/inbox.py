@@ -187,13 +187,20 @@ class Inbox:
         return self._insert_one(conn, values)
 
     def insert_synthesised(
-        self, events: Sequence[tuple[Event, bytes]], *, source: str = Source.RECONCILE
+        self,
+        events: Sequence[tuple[Event, bytes]],
+        *,
+        source: str = Source.RECONCILE,
+        unless_queued: bool = False,
     ) -> dict[str, str]:
         """Insert the reconciler's synthesised events in one transaction (insert-or-ignore).
 
         Returns ``{event_id: "inserted" | <status of the row already there>}``. A synthesised
         id is deterministic per transition while the remote object's body may have changed
         since (a later refund, say), so a different body under a known id is no conflict.
+        With ``unless_queued``, an event whose object already has an event waiting in the
+        inbox (pending or being processed) is not inserted but answered ``"queued"``: what the
+        worker does next may settle the object (checked in the same transaction).
         """
         if not events:
             return {}
@@ -201,7 +208,14 @@ class Inbox:
         rows = [self.row(e, b, source=source, now=now) for e, b in events]
         try:
             with self.storage.engine.begin() as conn:
-                inserted = self._sql.insert_events(conn, rows)
+                waiting: set[str] = set()
+                if unless_queued:
+                    waiting = self._sql.waiting_objects(
+                        conn, sorted({r["object_key"] for r in rows})
+                    )
+                queued = {r["event_id"] for r in rows if r["object_key"] in waiting}
+                rows = [r for r in rows if r["event_id"] not in queued]
+                inserted = self._sql.insert_events(conn, rows) if rows else set()
                 others = [r["event_id"] for r in rows if r["event_id"] not in inserted]
                 found: dict[str, str] = {}
                 if others:
@@ -217,7 +231,17 @@ class Inbox:
             if not is_unavailable(exc):
                 raise
             raise StorageUnavailable() from exc
-        return {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
+        answers = {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
+        answers.update(dict.fromkeys(queued, "queued"))
+        return answers
+
+    def waiting(self, object_keys: Iterable[str]) -> set[str]:
+        """Those of ``object_keys`` (``kind:id``) with an event open in the inbox."""
+        keys = sorted(set(object_keys))
+        if not keys:
+            return set()
+        with self.storage.deferred.connect() as conn:
+            return self._sql.waiting_objects(conn, keys)
 
     def row(
         self,
@@ -320,7 +344,7 @@ class Inbox:
         )
         log.warning(
             "event_id delivered again with a different body",
-            extra={"action": "conflict", "event_id": event_id},
+            extra={"action": "conflict", "event_id": event_id, "event_type": values["event_type"]},
         )
         return Inserted(result="conflict", pk=int(row.id))
 

@@ -237,6 +237,22 @@ class ObjectLease(Base, table=True):
     expires_at: datetime
 
 
+class WorkerHeartbeat(Base, table=True):
+    """A running worker process: written when it starts and every few seconds while it runs,
+    deleted when it stops cleanly. A row whose ``seen_at`` is old is a worker that died (or
+    hangs): ``hookledger status`` and readiness count only recent ones."""
+
+    __tablename__ = "hookledger_worker"
+
+    name: str = Field(primary_key=True, max_length=128)
+    host: str = Field(max_length=255)
+    pid: int
+    started_at: datetime
+    seen_at: datetime
+    #: Events this worker has processed since it started.
+    processed: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+
+
 class Rejection(Base, table=True):
     """A rejected delivery (bad or missing signature, too large, malformed, too old).
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
+from receiver import signals
 from receiver.clock import as_utc
 from receiver.models import EventStatus
 from receiver.retry import RetryPolicy
@@ -263,7 +264,20 @@ class Queue:
         )
         log.error(
             "event dead-lettered: its worker was lost on every attempt",
-            extra={"action": "dead_letter", "event_id": head.event_id},
+            extra={
+                "action": "dead_letter",
+                "event_id": head.event_id,
+                "event_type": head.event_type,
+            },
+        )
+        signals.send(
+            signals.event_dead_lettered,
+            event_id=head.event_id,
+            event_type=head.event_type,
+            source=head.source,
+            object_key=head.object_key,
+            reason="worker lost on every attempt",
+            attempts=int(head.attempts),
         )
 
     def _mark_claimed(

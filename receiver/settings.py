@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,10 @@ from receiver.headers import DEFAULT_STORED_HEADERS, parse_header_names
 from receiver.signature import Secret, parse_secrets
 
 PREFIX = "HOOKLEDGER_"
+
+#: Set by the read-only commands (``hookledger events``, ``show``, ``status``...), which never
+#: verify a signature: there a missing HOOKLEDGER_SECRETS is no error.
+SECRETS_OPTIONAL: ContextVar[bool] = ContextVar("hookledger_secrets_optional", default=False)
 
 #: Setting name -> (environment variable, help) for ``--help`` texts and the README.
 DOCUMENTED: Mapping[str, str] = {
@@ -89,7 +94,7 @@ class Settings:
             return env.get(PREFIX + key, default)
 
         secrets = parse_secrets(get("SECRETS"))
-        if not secrets:
+        if not secrets and not SECRETS_OPTIONAL.get():
             raise ConfigurationError(
                 "no webhook secret configured: set HOOKLEDGER_SECRETS (for example "
                 "'primary:<payment_response_hash_key>'); verification cannot be turned off"

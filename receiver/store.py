@@ -162,10 +162,18 @@ class Store:
         )
 
     def insert_synthesised(
-        self, events: Sequence[tuple[Event, bytes]], *, source: str = Source.RECONCILE
+        self,
+        events: Sequence[tuple[Event, bytes]],
+        *,
+        source: str = Source.RECONCILE,
+        unless_queued: bool = False,
     ) -> dict[str, str]:
         """See :meth:`receiver.inbox.Inbox.insert_synthesised`."""
-        return self.inbox.insert_synthesised(events, source=source)
+        return self.inbox.insert_synthesised(events, source=source, unless_queued=unless_queued)
+
+    def waiting(self, object_keys: Iterable[str]) -> set[str]:
+        """See :meth:`receiver.inbox.Inbox.waiting`."""
+        return self.inbox.waiting(object_keys)
 
     # -- claim and lease (receiver.queue) -------------------------------------------------
 

@@ -12,15 +12,23 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
-from receiver.dispatch import Outcome, Work
+from receiver import signals
+from receiver.clock import as_utc
+from receiver.defer import Defer
+from receiver.dispatch import HandlerCall, Outcome, Work
 from receiver.errors import BodyRedacted, DataUnavailable, MalformedEvent
 from receiver.events import parse_event
-from receiver.models import EventStatus
+from receiver.heartbeat import Beater
+from receiver.models import EventStatus, InboxEvent
 from receiver.queue import Claimed
 from receiver.registry import Registry
 from receiver.store import Store
@@ -61,6 +69,8 @@ class Worker:
         self.name = name or worker_name()
         self.stopping = threading.Event()
         self.processed = 0
+        #: Write a heartbeat row while :meth:`run` runs (``hookledger status``, readiness).
+        self.heartbeat = True
 
     def __repr__(self) -> str:
         return f"Worker(name={self.name!r})"
@@ -76,8 +86,11 @@ class Worker:
         backs off and carries on; its leases expire and nothing is lost meanwhile.
         """
         log.info("worker started", extra={"action": "worker_start", "worker": self.name})
+        beater = Beater(self.store.engine, self.name) if self.heartbeat else None
         pause = self.config.poll_interval
         while not self.stopping.is_set():
+            if beater is not None:
+                beater.beat(self.processed, monotonic=time.monotonic())
             try:
                 worked = self.run_once()
             except SQLAlchemyError as exc:  # the database went away mid-batch, for example
@@ -96,6 +109,8 @@ class Worker:
             if burst:
                 break
             self.stopping.wait(self.config.poll_interval)
+        if beater is not None:
+            beater.stop()
         log.info(
             "worker stopped",
             extra={"action": "worker_stop", "worker": self.name, "processed": self.processed},
@@ -125,16 +140,18 @@ class Worker:
             return 0
         heartbeat = _Heartbeat(self.store, batch, self.config.lease_seconds)
         heartbeat.start()
+        timings: dict[int, _Timings] = {}
         try:
-            works = [work for claimed in batch if (work := self._work(claimed)) is not None]
+            works = [
+                work for claimed in batch if (work := self._work(claimed, timings)) is not None
+            ]
             if self.store.single_writer:
                 outcomes = self._dispatch_yielding(works)
             else:
                 outcomes = self.store.dispatch_many(works)
         finally:
             heartbeat.stop()
-        for work, outcome in zip(works, outcomes, strict=True):
-            self._log(work.claimed, outcome)
+        self._report(works, outcomes, timings)
         self.processed += len(batch)
         return len(batch)
 
@@ -155,11 +172,12 @@ class Worker:
 
     def process(self, claimed: Claimed) -> str:
         """Guard ``claimed`` and run its pending handlers; return the status written."""
-        work = self._work(claimed)
+        timings: dict[int, _Timings] = {}
+        work = self._work(claimed, timings)
         if work is None:  # closed without dispatch: dead, or failed and waiting for a retry
             return self.store.status_of(claimed.pk) or EventStatus.DEAD
         outcome = self.store.dispatch(work.claimed, work.handlers)
-        self._log(claimed, outcome)
+        self._report([work], [outcome], timings)
         return outcome.status
 
     def process_object(self, object_key: str, event_pk: int, *, wait: float = 2.0) -> str | None:
@@ -182,40 +200,191 @@ class Worker:
                 return status
         return None
 
-    def _work(self, claimed: Claimed) -> Work | None:
+    def _work(self, claimed: Claimed, timings: dict[int, _Timings]) -> Work | None:
         try:
             event = parse_event(self.store.open_body(claimed.body, claimed.event_id))
         except MalformedEvent as exc:  # stored by an older version, or edited by hand
-            self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc))
+            if self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc)):
+                log.error(
+                    "event dead-lettered: its stored body cannot be parsed",
+                    extra=_about(claimed, action="dead_letter"),
+                )
+                signals.send(
+                    signals.event_dead_lettered,
+                    **_info(claimed),
+                    reason=f"unparseable body: {exc}",
+                    attempts=claimed.attempts,
+                )
             return None
         except BodyRedacted as exc:  # never dispatch what retention emptied
-            self.store.finish(claimed, status=EventStatus.DEAD, error=exc.message)
+            if self.store.finish(claimed, status=EventStatus.DEAD, error=exc.message):
+                log.error(
+                    "event dead-lettered: its body was redacted",
+                    extra=_about(claimed, action="dead_letter"),
+                )
+                signals.send(
+                    signals.event_dead_lettered,
+                    **_info(claimed),
+                    reason="body redacted",
+                    attempts=claimed.attempts,
+                )
             return None
         except DataUnavailable as exc:  # a data key missing here: retried, then dead-lettered
             log.error(
                 "event body cannot be opened: %s",
                 exc.message,
-                extra={"action": "data_key_error", "event_id": claimed.event_id},
+                extra=_about(claimed, action="data_key_error"),
             )
-            self.store.finish(claimed, status="failed", error=f"body {exc.message}")
+            written = self.store.finish(claimed, status="failed", error=f"body {exc.message}")
+            if written == EventStatus.DEAD:
+                signals.send(
+                    signals.event_dead_lettered,
+                    **_info(claimed),
+                    reason=f"body {exc.message}",
+                    attempts=claimed.attempts,
+                )
             return None
-        handlers = [
-            (spec.name, partial(spec.call, event), spec.wants_session)
+        timed = timings.setdefault(claimed.pk, _Timings())
+        handlers: list[HandlerCall] = [
+            (spec.name, timed.wrap(spec.name, partial(spec.call, event)), spec.wants_session)
             for spec in self.registry.handlers_for(event.event_type)
         ]
         return Work(claimed=claimed, handlers=handlers)
 
-    @staticmethod
-    def _log(claimed: Claimed, outcome: Outcome) -> None:
-        extra = {"event_id": claimed.event_id, "event_type": claimed.event_type}
-        if outcome.status in (EventStatus.STALE, EventStatus.DUPLICATE):
-            log.info("event not dispatched", extra={"action": outcome.status, **extra})
-        for failure in outcome.failures:
-            log.warning(
-                "handler failed: %s",
-                failure.split("\n", 1)[0][:200],
-                extra={"action": "handler_failed", **extra},
-            )
+    def _report(
+        self, works: list[Work], outcomes: list[Outcome], timings: dict[int, _Timings]
+    ) -> None:
+        """Log each outcome (every line with the event's id and type) and send the signals,
+        after the outcomes were committed."""
+        reasons = self._reasons(
+            [w.claimed.pk for w, o in zip(works, outcomes, strict=True) if o.status in _GUARDED]
+        )
+        now = self.store.now()
+        for work, outcome in zip(works, outcomes, strict=True):
+            claimed = work.claimed
+            info = _info(claimed)
+            for name, status, seconds, error in timings.get(claimed.pk, _Timings()).runs():
+                signals.send(
+                    signals.handler_finished,
+                    **info,
+                    handler=name,
+                    status=status,
+                    duration_seconds=seconds,
+                )
+                if status == "failed":
+                    log.warning(
+                        "handler failed: %s: %s",
+                        type(error).__name__,
+                        _first_line(str(error)),
+                        extra=_about(claimed, action="handler_failed", handler=name),
+                    )
+                    signals.send(
+                        signals.handler_failed,
+                        **info,
+                        handler=name,
+                        error=error,
+                        attempts=claimed.attempts,
+                        will_retry=outcome.status != EventStatus.DEAD,
+                    )
+            if outcome.status in _GUARDED:
+                reason = reasons.get(claimed.pk) or ""
+                log.info(
+                    "event not dispatched (%s): %s",
+                    outcome.status,
+                    reason,
+                    extra=_about(claimed, action=outcome.status),
+                )
+                signal = (
+                    signals.event_stale
+                    if outcome.status == EventStatus.STALE
+                    else signals.event_duplicate
+                )
+                signals.send(signal, **info, reason=reason)
+            elif outcome.status == EventStatus.DONE:
+                latency = max(0.0, (now - as_utc(claimed.received_at)).total_seconds())
+                log.debug(
+                    "event dispatched",
+                    extra=_about(claimed, action="dispatched", latency_seconds=round(latency, 3)),
+                )
+                signals.send(
+                    signals.event_dispatched,
+                    **info,
+                    handlers=outcome.ran,
+                    attempts=claimed.attempts,
+                    latency_seconds=latency,
+                )
+            elif outcome.status == EventStatus.DEAD:
+                reason = (
+                    f"out of attempts ({claimed.attempts}): {_first_line(outcome.failures[0])}"
+                    if outcome.failures
+                    else "deferred past the deferral limit"
+                )
+                signals.send(
+                    signals.event_dead_lettered, **info, reason=reason, attempts=claimed.attempts
+                )
+
+    def _reasons(self, pks: list[int]) -> dict[int, str]:
+        """The guard's reasons (kept in ``last_error``) of the events it did not dispatch."""
+        if not pks:
+            return {}
+        table = InboxEvent.__table__  # type: ignore[attr-defined]
+        try:
+            with self.store.deferred.connect() as conn:
+                rows = conn.execute(
+                    select(table.c.id, table.c.last_error).where(table.c.id.in_(pks))
+                )
+                return {int(r.id): r.last_error or "" for r in rows}
+        except SQLAlchemyError:  # only the reasons are missing from the logs
+            return {}
+
+
+#: Outcomes the guard decided (the event was recorded, not dispatched).
+_GUARDED = (EventStatus.STALE, EventStatus.DUPLICATE)
+
+
+def _info(claimed: Claimed) -> dict[str, Any]:
+    """The keyword arguments every event signal carries."""
+    return {
+        "event_id": claimed.event_id,
+        "event_type": claimed.event_type,
+        "source": claimed.source,
+        "object_key": claimed.object_key,
+    }
+
+
+def _about(claimed: Claimed, **extra: Any) -> dict[str, Any]:
+    """The ``extra`` of a log line about an event: always its id and type."""
+    return {"event_id": claimed.event_id, "event_type": claimed.event_type, **extra}
+
+
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0][:200]
+
+
+@dataclass(slots=True)
+class _Timings:
+    """How long each handler of one event took and how it ended (the latest run of each:
+    a batch retried one by one after a lost lease runs its handlers again)."""
+
+    _runs: dict[str, tuple[str, float, Any]] = field(default_factory=dict)
+
+    def wrap(self, name: str, call: Callable[[Session], None]) -> Callable[[Session], None]:
+        def timed(session: Session) -> None:
+            started = time.perf_counter()
+            try:
+                call(session)
+            except Defer as exc:
+                self._runs[name] = ("deferred", time.perf_counter() - started, exc)
+                raise
+            except Exception as exc:
+                self._runs[name] = ("failed", time.perf_counter() - started, exc)
+                raise
+            self._runs[name] = ("succeeded", time.perf_counter() - started, None)
+
+        return timed
+
+    def runs(self) -> list[tuple[str, str, float, Any]]:
+        return [(name, status, secs, err) for name, (status, secs, err) in self._runs.items()]
 
 
 class _Heartbeat:

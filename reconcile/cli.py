@@ -30,12 +30,13 @@ from sqlalchemy.exc import OperationalError
 
 from receiver import db
 from receiver.atrest import from_environment
+from receiver.cliutil import add_log_options, long_running, run_main, running_as_program
 from receiver.errors import ConfigurationError, HookledgerError, StorageUnavailable
 from receiver.signature import parse_secrets
 from receiver.store import Store
 from reconcile.client import ProcessorClient
 from reconcile.errors import AdoptionInProgress, NotAdopted, ReconcileLocked
-from reconcile.report import STATUS_INCOMPLETE, STATUS_UNRESOLVED, Report, render
+from reconcile.report import STATUS_INCOMPLETE, STATUS_UNRESOLVED, Report, render, summary
 from reconcile.runner import (
     DEFAULT_KINDS,
     KIND_NAMES,
@@ -204,6 +205,28 @@ class Context:
             _fail("the database is unreachable", EXIT_DATABASE)
 
 
+def _probe_key(client: ProcessorClient) -> None:
+    """One request that needs the key, before a run: a refused key is one line and exit 4
+    (the processor could not be read), not a report with an error per kind. An unknown
+    payment id answers 404 to a good key."""
+    from reconcile.errors import AuthenticationError, ProcessorError
+
+    refused: str | None = None
+    try:
+        client.get_payment("pay_hookledger_key_check")
+    except AuthenticationError as exc:
+        refused = f" ({exc.code})" if getattr(exc, "code", None) else ""
+    except ProcessorError:
+        pass  # a good key (not found), or a problem the run itself will report
+    if refused is not None:
+        client.close()
+        _fail(
+            f"the processor refused the API key{refused}: check HOOKLEDGER_API_KEY (and that "
+            "it belongs to this processor and environment)",
+            EXIT_PROCESSOR,
+        )
+
+
 def _options_from_env(**kwargs: Any) -> ReconcileOptions:
     env = os.environ
     try:
@@ -231,6 +254,20 @@ def _progress() -> Callable[[str, int], None] | None:
         sys.stderr.flush()
 
     return show
+
+
+def summary_fields(report: Report) -> dict[str, Any]:
+    """The structured fields of a scheduled run's log line."""
+    return {
+        "action": "reconcile_run",
+        "run_id": report.run_id,
+        "mode": report.mode,
+        "status": report.status,
+        "exit_code": exit_code(report),
+        "recovered": report.recovered,
+        "unresolved": report.unresolved,
+        "duration_seconds": round(report.duration_seconds, 3),
+    }
 
 
 def exit_code(report: Report) -> int:
@@ -298,10 +335,8 @@ def cli(
     environment: str | None,
     verbose: int,
 ) -> None:
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    if verbose and running_as_program():  # -v/-vv: as --log-level info/debug
+        logging.getLogger().setLevel([logging.INFO, logging.DEBUG][min(verbose, 2) - 1])
     ctx.obj = Context(database_url, processor_url, environment)
     if ctx.invoked_subcommand is None:
         ctx.invoke(run_cmd)
@@ -376,6 +411,7 @@ def run_cmd(
     )
     obj.check_schema()
     client = obj.client()
+    _probe_key(client)
     try:
         with _errors():
             reconciler = Reconciler(
@@ -599,6 +635,9 @@ def schedule_cmd(
 
     obj.check_schema()
     logger = logging.getLogger("reconcile.scheduler")
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # APScheduler logs two INFO lines per job; a run is one line (ours) at INFO.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     probe = obj.client()
     try:
         with _errors():
@@ -618,7 +657,7 @@ def schedule_cmd(
         try:
             report = Reconciler(client, obj.inbox(), events=obj.events_path()).run(options)
             level = logging.INFO if report.status == "ok" else logging.WARNING
-            logger.log(level, "%s", render(report.as_dict()))
+            logger.log(level, "%s", summary(report.as_dict()), extra=summary_fields(report))
         except ReconcileLocked as exc:
             logger.warning("skipped: %s", exc.message)
         except Exception:
@@ -696,5 +735,9 @@ def db_current(obj: Context) -> None:
     )
 
 
+add_log_options(cli)
+long_running(schedule_cmd)
+
+
 def main() -> None:
-    cli.main(prog_name="reconcile")
+    run_main("reconcile", cli, upgrade="reconcile db upgrade")

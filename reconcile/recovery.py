@@ -100,10 +100,14 @@ class Recovery:
         """
         if not remotes:
             return
-        differing = self.store.observe(run_id, kind, [(r.object_id, r.state) for r in remotes])
         now = as_utc(self.clock())
-        if not self.options.dry_run:
-            self.followed.observed(remotes, now=now)
+        plan = None if self.options.dry_run else self.followed.plan(remotes, now=now)
+        differing = self.store.observe(
+            run_id,
+            kind,
+            [(r.object_id, r.state) for r in remotes],
+            also=(lambda conn: self.followed.write(conn, plan)) if plan else None,
+        )
         missed: list[Finding] = []
         ahead: list[Finding] = []
         for remote in remotes:
@@ -164,16 +168,9 @@ class Recovery:
     def _recover(self, kind: str, missed: list[Finding], tally: Tally, now: datetime) -> None:
         if not missed:
             return
-        queued = self.store.queued(kind, [f.object_id for f in missed])
         bodies: list[tuple[Finding, bytes, str, diff.DatedBy]] = []
         for finding in missed:
-            if finding.object_id in queued:
-                tally.queued += 1
-                continue
             assert finding.event_type is not None
-            if self.options.dry_run:
-                tally.recovered[finding.event_type] += 1
-                continue
             try:
                 body, event_id, dated_by = diff.synthesise(
                     finding, merchant_id=self.options.merchant_id, observed=now
@@ -184,8 +181,21 @@ class Recovery:
             bodies.append((finding, body, event_id, dated_by))
         if not bodies:
             return
+        if self.options.dry_run:
+            waiting = self.inbox.waiting(f"{kind}:{f.object_id}" for f, _, _, _ in bodies)
+            for finding, _body, _event_id, _dated_by in bodies:
+                assert finding.event_type is not None
+                if f"{kind}:{finding.object_id}" in waiting:
+                    tally.queued += 1
+                else:
+                    tally.recovered[finding.event_type] += 1
+            return
+        # One transaction: objects with an event already waiting in the inbox are skipped
+        # (queued: what the worker does next may settle them), the others inserted.
         results = self.inbox.insert_synthesised(
-            [(parse_event(body), body) for _, body, _, _ in bodies], source=self.options.source
+            [(parse_event(body), body) for _, body, _, _ in bodies],
+            source=self.options.source,
+            unless_queued=True,
         )
         recheck: list[tuple[Finding, str]] = []
         for finding, _body, event_id, dated_by in bodies:
@@ -194,7 +204,7 @@ class Recovery:
             if state == "inserted":
                 tally.recovered[finding.event_type] += 1
                 tally.dated_by[dated_by] += 1
-            elif state in EventStatus.OPEN:
+            elif state == "queued" or state in EventStatus.OPEN:
                 tally.queued += 1
             else:
                 recheck.append((finding, state))

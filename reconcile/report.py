@@ -361,6 +361,20 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def summary(report: dict[str, Any]) -> str:
+    """A stored or fresh report in one line (a scheduled run's log line)."""
+    totals = report.get("totals", {})
+    by_path = report.get("recovered_by_path", {})
+    return (
+        f"reconcile run #{report.get('run_id')} ({report.get('mode')}): {report.get('status')} "
+        f"in {report.get('duration_seconds', 0):.2f} s; checked {totals.get('checked', 0)}, "
+        f"recovered {totals.get('recovered', 0)} (lists {by_path.get('lists', 0)}, sweep "
+        f"{by_path.get('sweep', 0)}, events {by_path.get('events', 0)}), queued "
+        f"{totals.get('queued', 0)}, unresolved {totals.get('unresolved', 0)}, failures "
+        f"{totals.get('failures', 0)}"
+    )
+
+
 def _details(part: dict[str, Any]) -> list[str]:
     lines = []
     for event_type, n in part.get("recovered", {}).items():

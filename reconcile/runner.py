@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, Protocol, cast
 
+from receiver import signals
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.models import EventStatus
 from receiver.store import Store
@@ -229,7 +230,13 @@ class Reconciler:
             report.finished_at = as_utc(self.clock())
             report.duration_seconds = time.monotonic() - timer
             self.store.finish_run(run_id, report.status, report.as_dict())
-            log.info(
+            signals.send(
+                signals.reconcile_finished,
+                status=report.status,
+                report=report.as_dict(),
+                run_id=run_id,
+            )
+            log.debug(
                 "reconcile run finished: %s",
                 report.status,
                 extra={
@@ -244,6 +251,12 @@ class Reconciler:
             if run_id is not None:
                 self.store.finish_run(
                     run_id, "failed", {"error": f"run aborted: {type(exc).__name__}"}
+                )
+                signals.send(
+                    signals.reconcile_finished,
+                    status="failed",
+                    report={"run_id": run_id, "status": "failed", "error": type(exc).__name__},
+                    run_id=run_id,
                 )
             raise
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import MigrationTree, deferred_begin
-from receiver.models import EventStatus, InboxEvent, Projection
+from receiver.models import InboxEvent, Projection
 from receiver.transitions import State, make_state
 from reconcile.diff import Local
 from reconcile.errors import ReconcileLocked
@@ -168,22 +168,35 @@ class ReconcileStore:
         with self.engine.begin() as conn:
             conn.execute(S.insert().values(run_id=run_id, kind=kind, object_ids=_ids_json(ids)))
 
-    def observe(self, run_id: int | None, kind: str, listed: Listed) -> Differing:
+    def observe(
+        self,
+        run_id: int | None,
+        kind: str,
+        listed: Listed,
+        *,
+        also: Callable[[Connection], None] | None = None,
+    ) -> Differing:
         """Mark a chunk of ``listed`` ids seen by the run (unless ``run_id`` is ``None``) and
         return those whose projected state is not the remote one, with their projection
         (``None``: not projected); the others are projected exactly as the remote state.
 
         On PostgreSQL one statement does it all (one round trip, atomic), and only the
         objects out of step come back. Elsewhere: the read, then the marks in a short write
-        transaction.
+        transaction. ``also`` writes more in the same transaction (one commit a chunk).
         """
         if not listed:
             return {}
         ids = [object_id for object_id, _ in listed]
         if not self._pg or run_id is None:
             local = self.local_states(kind, ids)
-            if run_id is not None:
-                self.mark_seen(run_id, kind, ids)
+            if run_id is not None or also is not None:
+                with self.engine.begin() as conn:
+                    if run_id is not None:
+                        conn.execute(
+                            S.insert().values(run_id=run_id, kind=kind, object_ids=_ids_json(ids))
+                        )
+                    if also is not None:
+                        also(conn)
             return {
                 object_id: local.get(object_id)
                 for object_id, remote in listed
@@ -202,6 +215,8 @@ class ReconcileStore:
         }
         with self.engine.begin() as conn:
             rows = conn.execute(_OBSERVE_PG, params).all()
+            if also is not None:
+                also(conn)
         return {
             object_id: (
                 None if status is None else Local(make_state(kind, status, stage), int(event_pk))
@@ -222,20 +237,6 @@ class ReconcileStore:
         return {
             r.object_id: Local(make_state(kind, r.status, r.stage), int(r.event_pk)) for r in rows
         }
-
-    def queued(self, kind: str, object_ids: Iterable[str]) -> set[str]:
-        """Those of ``object_ids`` with an event still open in the inbox (pending or being
-        processed): what the worker does next may already settle them."""
-        keys = {f"{kind}:{object_id}": object_id for object_id in object_ids}
-        if not keys:
-            return set()
-        with self.reader.connect() as conn:
-            rows = conn.execute(
-                select(E.c.object_key)
-                .where(E.c.object_key.in_(list(keys)), E.c.status.in_(EventStatus.OPEN))
-                .distinct()
-            ).all()
-        return {keys[row.object_key] for row in rows}
 
     def with_history(self, kind: str, object_ids: Iterable[str]) -> set[str]:
         """Those of ``object_ids`` hookledger has a projection or any stored event of."""

@@ -24,8 +24,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import Engine, Table, and_, delete, func, literal, or_, select, union_all
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    union_all,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from receiver import transitions
 from receiver.clock import Clock, as_utc, utcnow
@@ -133,6 +148,17 @@ def unsettled(kind: str, status_column: Any, stage_column: Any) -> Any:
     return condition
 
 
+@dataclass(slots=True)
+class FollowPlan:
+    """What one look at some remote objects changes in the sweep's follow list."""
+
+    follow: list[dict[str, Any]] = field(default_factory=list)
+    settle: dict[str, list[str]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.follow or self.settle)
+
+
 @dataclass(frozen=True, slots=True)
 class Due:
     """An object the sweep should fetch now."""
@@ -161,56 +187,74 @@ class FollowedObjects:
         return as_utc(self.clock())
 
     def observed(self, remotes: Iterable[Remote], *, now: datetime | None = None) -> int:
-        """Record what the reconciler just saw of ``remotes``: an unsettled one is followed
-        (its next check spaced by its age), a settled one is no longer. Returns how many are
-        followed."""
+        """Record what the reconciler just saw of ``remotes`` (see :meth:`plan`), in a
+        transaction of its own; returns how many are followed."""
+        plan = self.plan(remotes, now=now)
+        if plan:
+            with self.engine.begin() as conn:
+                self.write(conn, plan)
+        return len(plan.follow)
+
+    def plan(self, remotes: Iterable[Remote], *, now: datetime | None = None) -> FollowPlan:
+        """What seeing ``remotes`` changes: an unsettled one is followed (its next check
+        spaced by its age), a settled one (or one past its horizon) no longer."""
         now = now or self.now()
-        follow: list[dict[str, Any]] = []
-        settle: dict[str, list[str]] = {}
+        plan = FollowPlan()
         for remote in remotes:
             state = remote.state
             if state is None or transitions.lifecycle(remote.kind) is None:
                 continue
-            if transitions.is_settled(state) or not self.policy.within_horizon(
-                remote.kind, state.status, remote.created, now
-            ):
-                settle.setdefault(remote.kind, []).append(remote.object_id)
+            if transitions.is_settled(state):
+                plan.settle.setdefault(remote.kind, []).append(remote.object_id)
                 continue
-            follow.append(
+            created = remote.created
+            if not self.policy.within_horizon(remote.kind, state.status, created, now):
+                plan.settle.setdefault(remote.kind, []).append(remote.object_id)
+                continue
+            plan.follow.append(
                 {
                     "kind": remote.kind,
                     "object_id": remote.object_id,
-                    "created_at": remote.created,
+                    "created_at": created,
                     "first_seen_at": now,
                     "status": state.status,
                     "stage": state.stage,
                     "last_checked_at": now,
-                    "next_check_at": self.policy.next_check(remote.kind, remote.created, now),
+                    "next_check_at": self.policy.next_check(remote.kind, created, now),
                     "checks": 1,
                 }
             )
-        if not follow and not settle:
-            return 0
-        with self.engine.begin() as conn:
-            if follow:
-                insert = (postgresql.insert if self._pg else sqlite.insert)(F)
+        return plan
+
+    def write(self, conn: Connection, plan: FollowPlan) -> None:
+        """Write ``plan`` on ``conn`` (inside the caller's transaction)."""
+        if plan.follow:
+            insert = (postgresql.insert if self._pg else sqlite.insert)(F)
+            conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=["kind", "object_id"],
+                    set_={
+                        "created_at": func.coalesce(insert.excluded.created_at, F.c.created_at),
+                        "status": insert.excluded.status,
+                        "stage": insert.excluded.stage,
+                        "last_checked_at": insert.excluded.last_checked_at,
+                        "next_check_at": insert.excluded.next_check_at,
+                        "checks": F.c.checks + 1,
+                    },
+                ),
+                plan.follow,
+            )
+        for kind, ids in plan.settle.items():
+            if self._pg:
+                # One array parameter: the statement text is the same for every chunk.
                 conn.execute(
-                    insert.on_conflict_do_update(
-                        index_elements=["kind", "object_id"],
-                        set_={
-                            "created_at": func.coalesce(insert.excluded.created_at, F.c.created_at),
-                            "status": insert.excluded.status,
-                            "stage": insert.excluded.stage,
-                            "last_checked_at": insert.excluded.last_checked_at,
-                            "next_check_at": insert.excluded.next_check_at,
-                            "checks": F.c.checks + 1,
-                        },
-                    ),
-                    follow,
+                    delete(F).where(
+                        F.c.kind == kind,
+                        F.c.object_id == any_(bindparam("ids", ids, type_=ARRAY(Text()))),
+                    )
                 )
-            for kind, ids in settle.items():
+            else:
                 conn.execute(delete(F).where(F.c.kind == kind, F.c.object_id.in_(ids)))
-        return len(follow)
 
     def postpone(
         self, kind: str, object_ids: Sequence[str], *, now: datetime | None = None

@@ -42,10 +42,31 @@ def order_dict(order: Order) -> dict[str, Any]:
     return order.model_dump(mode="json")
 
 
+def _setting(app: Flask, key: str) -> Any:
+    return app.config.get(key) or os.environ.get(key)
+
+
+def _ops(app: Flask) -> None:
+    """hookledger's metrics and ops console, each mounted when its access rule is set: both
+    refuse to start without one."""
+    if _setting(app, "HOOKLEDGER_METRICS_TOKEN"):
+        from receiver.metrics import Metrics
+
+        Metrics(app)  # GET /metrics, "Authorization: Bearer <HOOKLEDGER_METRICS_TOKEN>"
+    if _setting(app, "HOOKLEDGER_CONSOLE_PASSWORD"):
+        from receiver.console import Console
+
+        app.secret_key = _setting(app, "SHOP_SECRET_KEY") or app.secret_key
+        if not app.secret_key:
+            raise RuntimeError("set SHOP_SECRET_KEY: the console's CSRF tokens need it")
+        Console(app)  # /hookledger/, user "ops", password HOOKLEDGER_CONSOLE_PASSWORD
+
+
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
     app.config.update(config or {})
     hooks.init_app(app)
+    _ops(app)
 
     @app.cli.command("init-db")
     def init_db() -> None:

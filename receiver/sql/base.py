@@ -63,6 +63,12 @@ class Statements(ABC):
     def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
         """Insert-or-ignore many new events at once; return the ids of those inserted."""
 
+    @abstractmethod
+    def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:
+        """Those of ``object_keys`` with an event open in the inbox (pending or being
+        processed), found through the object index: one probe per key, whatever the number
+        of open events of other objects."""
+
     # -- queue ----------------------------------------------------------------------------
 
     @abstractmethod

@@ -28,6 +28,14 @@ INSERT_EVENTS = text(
     + ") ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
 )
 
+#: A probe of the object index per key (``LATERAL ... LIMIT 1``): the planner would
+#: otherwise filter, or hash, every open event, a cost that grows with the backlog.
+WAITING_OBJECTS = text(
+    "SELECT k FROM unnest(CAST(:keys AS text[])) AS k CROSS JOIN LATERAL (SELECT 1 FROM "
+    "hookledger_event AS e WHERE e.object_key = k AND e.status IN ('pending', 'processing') "
+    "LIMIT 1) AS waiting"
+)
+
 TAKE_LEASES = text(
     "INSERT INTO hookledger_object_lease (object_key, owner, expires_at) "
     "SELECT k, :owner, :expires FROM unnest(CAST(:keys AS text[])) AS k "
@@ -165,6 +173,11 @@ class PostgreSQLStatements(Statements):
     def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
         params = {column: [row[column] for row in rows] for column in EVENT_COLUMNS}
         return {r[0] for r in conn.execute(INSERT_EVENTS, params)}
+
+    def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:
+        if not object_keys:
+            return set()
+        return {r[0] for r in conn.execute(WAITING_OBJECTS, {"keys": list(object_keys)})}
 
     # -- queue ----------------------------------------------------------------------------
 

@@ -11,7 +11,17 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import Connection, CursorResult, Select, Table, bindparam, delete, exists, func
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    Select,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    func,
+)
+from sqlalchemy import text as sql_text
 from sqlalchemy import update as sql_update
 from sqlalchemy.dialects import sqlite
 
@@ -72,6 +82,16 @@ def _upsert_ledger() -> Any:
     )
 
 
+def waiting_sql(count: int) -> str:
+    """:meth:`SQLiteStatements.waiting_objects` for ``count`` keys (``:k0``, ``:k1``...).
+    ``INDEXED BY``: SQLite's planner would rather filter every open event by status."""
+    keys = ", ".join(f":k{i}" for i in range(count))
+    return (
+        "SELECT DISTINCT object_key FROM hookledger_event INDEXED BY ix_hookledger_event_object "
+        f"WHERE object_key IN ({keys}) AND status IN ('pending', 'processing')"
+    )
+
+
 class SQLiteStatements(Statements):
     name: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
@@ -108,6 +128,12 @@ class SQLiteStatements(Statements):
             .returning(EVENT.c.event_id)
         )
         return {r[0] for r in conn.execute(stmt, list(rows))}
+
+    def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:
+        if not object_keys:
+            return set()
+        names = {f"k{i}": key for i, key in enumerate(object_keys)}
+        return {r[0] for r in conn.execute(sql_text(waiting_sql(len(names))), names)}
 
     # -- queue ----------------------------------------------------------------------------
 

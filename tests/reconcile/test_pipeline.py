@@ -119,11 +119,11 @@ def test_a_database_failure_mid_run_loses_nothing(
         # The second chunk's statement fails.
         real_observe = reconciler.store.observe
 
-        def observe(*args: Any) -> Any:
+        def observe(*args: Any, **kw: Any) -> Any:
             calls["observe"] += 1
             if calls["observe"] == 2:
                 raise sa.exc.OperationalError("SELECT", {}, Exception("cut"))
-            return real_observe(*args)
+            return real_observe(*args, **kw)
 
         monkeypatch.setattr(reconciler.store, "observe", observe)
     else:

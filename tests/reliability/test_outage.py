@@ -230,7 +230,9 @@ def test_outage_answers_503_acks_only_stored_events_and_the_worker_recovers(
             assert requests.get(base + "health/live", timeout=5).status_code == 200
         # Every delivery during the outage was refused with 503 HL_03, in bounded time.
         assert [d for d in answers if d.status != 503 or d.code != "HL_03"] == [], answers
-        bound = 2.0 if PG else SQLITE_BUSY + 3.0
+        # Bounded: the connect timeout (PostgreSQL) or the busy timeout (SQLite), plus room
+        # for a loaded, shared machine; far below the client's own 25 s (no hang).
+        bound = 10.0 if PG else SQLITE_BUSY + 10.0
         assert max(d.seconds for d in answers) < bound, answers
         # The worker keeps running through the outage (its claims fail meanwhile).
         time.sleep(max(0.0, (2.0 if PG else SQLITE_BUSY + 1.0) - (time.monotonic() - cut_at)))

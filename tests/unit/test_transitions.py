@@ -290,3 +290,46 @@ def test_a_state_adoption_absorbed_after_the_cutover_is_dispatched_by_its_event(
     assert before.decision == "stale"
     plain = verdict(adopted, at("payment", "succeeded"), minutes=5, owner=ADOPTED)
     assert plain.decision == "duplicate" and plain.reason and "adoption" in plain.reason
+
+
+def test_a_recovered_dispute_lost_after_a_delivered_won_is_dispatched() -> None:
+    """Regression (reconciliation issue, item 2): recovered events were dated at the
+    dispute's creation, so a recovered dispute_lost was judged older than the delivered
+    dispute_won and marked stale. Dated when observed, it is newer, and the two decided
+    states are an order the model leaves to time."""
+    won = projected(at("dispute", "dispute_won"), minutes=60)
+    assert order(won.state, at("dispute", "dispute_lost")) == "open"
+    observed_later = verdict(won, at("dispute", "dispute_lost"), minutes=60 * 24 * 30)
+    assert observed_later.decision == "dispatch"
+    dated_at_creation = verdict(won, at("dispute", "dispute_lost"), minutes=0)
+    assert dated_at_creation.decision == "stale"  # what the old dating did
+
+
+def test_the_diff_recovers_a_later_decided_state_rather_than_calling_it_local_ahead() -> None:
+    from reconcile import diff
+
+    remote = diff.read_remote(
+        "dispute",
+        {"dispute_id": "dp_1", "dispute_status": "dispute_lost", "dispute_stage": "dispute"},
+    )
+    assert isinstance(remote, diff.Remote)
+    local = diff.Local(at("dispute", "dispute_won"), event_pk=4)
+    finding = diff.compare(remote, local)
+    assert (finding.verdict, finding.event_type) == ("missed", "dispute_lost")
+    # The pre-arbitration case: a stage the local side never saw is forward, not ahead.
+    reopened = diff.read_remote(
+        "dispute",
+        {
+            "dispute_id": "dp_1",
+            "dispute_status": "dispute_opened",
+            "dispute_stage": "pre_arbitration",
+        },
+    )
+    assert isinstance(reopened, diff.Remote)
+    assert diff.compare(reopened, local).verdict == "missed"
+    behind = diff.read_remote(
+        "dispute",
+        {"dispute_id": "dp_1", "dispute_status": "dispute_opened", "dispute_stage": "dispute"},
+    )
+    assert isinstance(behind, diff.Remote)
+    assert diff.compare(behind, local).verdict == "local_ahead"

@@ -10,7 +10,7 @@ Nothing is rewritten here: encrypting existing rows is ``hookledger rotate-keys`
 runs in batches while the system runs.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-11-23
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
