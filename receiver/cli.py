@@ -108,6 +108,7 @@ def worker_cmd(
         return
     if not state.registry.handlers:
         click.echo("hookledger: warning: no handlers are registered", err=True)
+    state.settings.data.warn("hookledger worker")  # no data key, a short maximum event age
     click.echo(f"hookledger worker {worker.name} started", err=True)
     count = worker.run(burst=burst)
     click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)

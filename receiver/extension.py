@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import click
 from flask import Flask
 from sqlalchemy.orm import Session
 
@@ -82,7 +83,8 @@ class WebhookReceiver:
                 defer_limit_seconds=settings.defer_limit,
             ),
         )
-        settings.data.warn(f"hookledger ({app.name})")
+        if click.get_current_context(silent=True) is None:  # a web process, not a command
+            settings.data.warn(f"hookledger ({app.name})")  # (the worker warns for itself)
         if settings.auto_migrate:
             db.upgrade(engine)
         state = ReceiverState(settings=settings, store=store, registry=self.registry)
