@@ -571,3 +571,15 @@ def test_the_rejection_writer_needs_no_flush(make_app: AppFactory) -> None:
     while not store.rejections.rows() and datetime.now(UTC) < deadline:
         threading.Event().wait(0.05)
     assert [r.reason for r in store.rejections.rows()] == ["signature_missing"]
+
+
+def test_a_web_process_without_a_data_key_warns_at_start(
+    make_app: AppFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="receiver.atrest"):
+        make_app()
+    assert "no data key (HOOKLEDGER_DATA_KEYS)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="receiver.atrest"):
+        make_app(data_keys=f"k1:{KEY1}")
+    assert caplog.text == ""
