@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import sqlalchemy as sa
 
 from examples.shop.models import Order, OrderStatus
 from receiver import db as hookledger_db
+from receiver.crypto import generate_key
 from receiver.store import Store
 from reconcile.sandbox import SandboxServer
 
@@ -173,6 +175,8 @@ def _run(
         os.environ,
         HOOKLEDGER_DATABASE_URL=database_url,
         HOOKLEDGER_SECRETS=f"demo:{secret}",
+        # Stored bodies, headers and error texts are sealed with this data key (AES-256-GCM).
+        HOOKLEDGER_DATA_KEYS=f"demo:{generate_key()}",
         HOOKLEDGER_POLL_INTERVAL="0.1",
         HOOKLEDGER_BACKOFF_BASE="0.5",
         HOOKLEDGER_BACKOFF_MAX="2",
@@ -363,6 +367,10 @@ def _run(
         f"demo: late change recovered by the sweep: "
         f"{', '.join(f'{n} x {t}' for t, n in swept.items()) or 'nothing'}"
     )
+    sealed, clear = _at_rest(database_url)
+    print(
+        f"demo: at rest: {sealed} stored events sealed with data key 'demo', {clear} in the clear"
+    )
     verdict = "all agree" if agree == len(rows) else f"{len(rows) - agree} disagree"
     recovered = report["totals"].get("recovered", 0) + second["totals"].get("recovered", 0)
     print(
@@ -374,6 +382,7 @@ def _run(
         and not twice
         and report["status"] == second["status"] == "ok"
         and swept == {"dispute_opened": 1}
+        and clear == 0
     )
     return 0 if healthy else 1
 
@@ -480,6 +489,20 @@ def _dispute_of(sandbox: Any, payment_id: str) -> dict[str, Any]:
 def _fault_counts(stats: dict[str, Any]) -> dict[str, int]:
     applied = stats.get("faults", {}).get("webhooks", {})
     return {name: len(ids) for name, ids in applied.items()}
+
+
+def _at_rest(database_url: str) -> tuple[int, int]:
+    """Stored events sealed with a data key, and stored in the clear."""
+    engine = hookledger_db.make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT key_id IS NULL, count(*) FROM hookledger_event GROUP BY 1")
+            ).all()
+    finally:
+        engine.dispose()
+    counts = {bool(clear): int(n) for clear, n in rows}
+    return counts.get(False, 0), counts.get(True, 0)
 
 
 def _wait_idle(database_url: str) -> None:

@@ -12,6 +12,7 @@ import logging
 from flask import Blueprint, Response, jsonify, request
 
 from receiver import signals
+from receiver.atrest import check_event_age
 from receiver.db import head_revision
 from receiver.errors import (
     PayloadTooLarge,
@@ -54,14 +55,26 @@ def _db_reason(exc: BaseException) -> str:
 def receive() -> tuple[Response, int]:
     state = receiver_state()
     remote = request.remote_addr
+    body: bytes | None = None
     try:
         body = _read_body(state.settings.max_body_bytes)
         secret_id = verify(body, request.headers.get(SIGNATURE_HEADER), state.settings.secrets)
         event = parse_event(body)
+        check_event_age(event, state.settings.data.max_event_age, state.store.now)
         outcome = state.store.insert(
             event, body, headers=request.headers.items(), secret_id=secret_id
         )
     except ReceiveError as exc:
+        if exc.http_status < 500:  # the request's fault: kept (bounded) in hookledger_rejection
+            state.store.rejections.record(
+                reason=exc.reason,
+                http_status=exc.http_status,
+                remote_addr=remote,
+                size=len(body) if body is not None else request.content_length,
+                header_names=request.headers.keys(),
+                secrets=state.settings.secrets,
+                body=body,
+            )
         level = logging.ERROR if isinstance(exc, StorageUnavailable) else logging.WARNING
         if isinstance(exc, StorageUnavailable):
             log.log(

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ from receiver.cliutil import (
     long_running,
     run_main,
 )
+from receiver.datacli import register as register_data_commands
 from receiver.errors import HookledgerError
 from receiver.events import parse_event
 from receiver.models import EventStatus, InboxEvent, Source
@@ -206,6 +207,7 @@ def worker_cmd(
         return
     if not state.registry.handlers:
         click.echo("hookledger: warning: no handlers are registered", err=True)
+    state.settings.data.warn("hookledger worker")  # no data key, a short maximum event age
     if metrics_port is not None:
         from receiver.metrics import serve_worker_metrics
 
@@ -316,7 +318,11 @@ def _event_filter(options: dict[str, Any]) -> EventFilter:
 def requeue_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     """Requeue dead (or waiting) events; handlers that succeeded are not run again."""
     _engine()
-    chosen = _state().store.requeue(_event_filter(options), dry_run=dry_run)
+    try:
+        chosen = _state().store.requeue(_event_filter(options), dry_run=dry_run)
+    except HookledgerError as exc:  # redacted events are refused
+        _fail(exc.message)
+        return
     _print([_row(e) for e in chosen], as_json, "requeued", dry_run)
 
 
@@ -336,36 +342,13 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     if flt == EventFilter():
         _fail("replay needs a filter (--id, --event-id, --type, --since/--until or --status)")
     _engine()
-    pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)
+    try:
+        pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)
+    except HookledgerError as exc:  # redacted events are refused; a body sealed with a key
+        _fail(exc.message)  # that is not configured names its row
+        return
     rows = [{**_row(orig), "replay_event_id": new_id} for orig, new_id in pairs]
     _print(rows, as_json, "replayed", dry_run)
-
-
-@hookledger_group.command("prune")
-@click.option(
-    "--older-than-days",
-    type=float,
-    default=90.0,
-    show_default=True,
-    help="Delete finished events received more than this many days ago (at least 1).",
-)
-@click.option("--include-dead", is_flag=True, help="Also delete dead-lettered events.")
-@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
-@with_appcontext
-def prune_cmd(older_than_days: float, include_dead: bool, dry_run: bool, as_json: bool) -> None:
-    """Delete finished events older than N days (open events never; dead only when asked)."""
-    if older_than_days < 1:
-        _fail("--older-than-days must be at least 1 (the processor retries for about 24 h)")
-    _engine()
-    counts = _state().store.prune(
-        timedelta(days=older_than_days), include_dead=include_dead, dry_run=dry_run
-    )
-    if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, **counts}))
-    else:
-        verb = "would be pruned" if dry_run else "pruned"
-        click.echo(f"{counts['events']} event(s) and {counts['conflicts']} conflict(s) {verb}")
 
 
 @hookledger_group.command("events")
@@ -424,7 +407,8 @@ def events_cmd(
     engine = _engine()
     page = queries.list_events(
         engine,
-        queries.EventQuery(
+        keyring=_state().store.keyring,
+        q=queries.EventQuery(
             statuses=statuses,
             event_types=event_types,
             sources=sources,
@@ -468,7 +452,7 @@ def show_cmd(event: str, with_body: bool, as_json: bool) -> None:
     its object's transitions and projection, and each handler's ledger row with the
     traceback of its last failure."""
     engine = _engine()
-    detail = queries.find_event(engine, event)
+    detail = queries.find_event(engine, event, keyring=_state().store.keyring)
     if detail is None:
         _fail(f"no event {event!r}", EXIT_PROBLEM)
         return
@@ -673,6 +657,8 @@ def status_cmd(
     sys.exit(EXIT_PROBLEM if found.problems else 0)
 
 
+# keys, rotate-keys, redact, prune, retention, rejections (receiver/datacli.py)
+register_data_commands(hookledger_group)
 add_log_options(hookledger_group)
 
 

@@ -28,6 +28,7 @@ from receiver.models import DEFERRED_PREFIX, EventStatus, Source
 from receiver.operations import read_cutover
 from receiver.queue import Claimed
 from receiver.retry import RetryPolicy
+from receiver.sealing import seal_outcomes
 from receiver.sql import Outcomes
 from receiver.sql.tables import HANDLER_RUN, PROJECTION, TRANSITION
 from receiver.storage import Storage, is_unavailable
@@ -121,7 +122,8 @@ class Dispatcher:
         final = self._final(claimed, status, error, now)
         try:
             with self.storage.engine.begin() as conn:
-                if not self._sql.write_outcomes(conn, Outcomes(finals=[final]), now):
+                written = seal_outcomes(self.storage.keyring, Outcomes(finals=[final]))
+                if not self._sql.write_outcomes(conn, written, now):
                     raise _LeaseLost()
         except _LeaseLost:
             return None
@@ -207,6 +209,7 @@ class Dispatcher:
                     ledger=ledger,
                     finals=finals,
                 )
+                written = seal_outcomes(self.storage.keyring, written)  # error texts
                 if not self._sql.write_outcomes(conn, written, self.storage.now()):
                     raise _LeaseLost()  # rolls back the handlers' writes too
         return outcomes

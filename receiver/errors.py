@@ -30,6 +30,8 @@ class ReceiveError(HookledgerError):
     http_status = 400
     code = "HL_00"
     error_type = "invalid_request"
+    #: The reason code recorded in the rejected-deliveries table (``hookledger_rejection``).
+    reason = "rejected"
 
 
 class PayloadTooLarge(ReceiveError):
@@ -37,6 +39,7 @@ class PayloadTooLarge(ReceiveError):
 
     http_status = 413
     code = "HL_13"
+    reason = "too_large"
 
 
 class SignatureError(ReceiveError):
@@ -45,6 +48,19 @@ class SignatureError(ReceiveError):
     http_status = 401
     code = "HL_01"
     error_type = "authentication_error"
+    reason = "signature_mismatch"
+
+
+class SignatureMissing(SignatureError):
+    """The X-Webhook-Signature-512 header is missing."""
+
+    reason = "signature_missing"
+
+
+class SignatureMalformed(SignatureError):
+    """The X-Webhook-Signature-512 header is not a 128-digit hex HMAC-SHA512."""
+
+    reason = "signature_malformed"
 
 
 class MalformedEvent(ReceiveError):
@@ -52,6 +68,15 @@ class MalformedEvent(ReceiveError):
 
     http_status = 400
     code = "HL_04"
+    reason = "malformed_event"
+
+
+class EventTooOld(ReceiveError):
+    """The event's timestamp is older than HOOKLEDGER_MAX_EVENT_AGE allows."""
+
+    http_status = 400
+    code = "HL_06"
+    reason = "too_old"
 
 
 class StorageUnavailable(ReceiveError):
@@ -76,3 +101,36 @@ class UnknownEventType(HookledgerError, ValueError):
 
 class EventNotFound(HookledgerError, LookupError):
     """No stored event matches."""
+
+
+class DataUnavailable(HookledgerError):
+    """A stored event's data cannot be read."""
+
+
+class DataKeyMissing(DataUnavailable):
+    """The data is sealed with a data key that is not configured."""
+
+    def __init__(self, key_id: str) -> None:
+        self.key_id = key_id
+        super().__init__(
+            f"sealed with data key {key_id!r}, which is not configured (HOOKLEDGER_DATA_KEYS)"
+        )
+
+
+class DataNotAuthentic(DataUnavailable):
+    """The sealed data does not open with its data key."""
+
+    def __init__(self, key_id: str) -> None:
+        self.key_id = key_id
+        super().__init__(
+            f"does not open with data key {key_id!r}: that id holds another key value, or "
+            "the data was altered or moved from another row"
+        )
+
+
+class BodyRedacted(DataUnavailable):
+    """The event's body was redacted (retention): it cannot be dispatched or replayed."""
+
+
+class RedactedEvents(HookledgerError, ValueError):
+    """Some chosen events were redacted: their bodies are gone, so they cannot run again."""

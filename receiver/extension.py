@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import click
 from flask import Flask
 from sqlalchemy.orm import Session
 
@@ -73,6 +74,8 @@ class WebhookReceiver:
             engine,
             write_wait=settings.sqlite_busy_timeout,
             headers=settings.stored_headers,
+            keyring=settings.data.keyring,
+            rejections=settings.data.rejections,
             retry=RetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_seconds=settings.backoff_base,
@@ -80,6 +83,8 @@ class WebhookReceiver:
                 defer_limit_seconds=settings.defer_limit,
             ),
         )
+        if click.get_current_context(silent=True) is None:  # a web process, not a command
+            settings.data.warn(f"hookledger ({app.name})")  # (the worker warns for itself)
         if settings.auto_migrate:
             db.upgrade(engine)
         state = ReceiverState(settings=settings, store=store, registry=self.registry)

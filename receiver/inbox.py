@@ -28,6 +28,7 @@ from receiver.filelock import WritersLock
 from receiver.groupcommit import GroupCommit
 from receiver.headers import DEFAULT_STORED_HEADERS, clean_headers
 from receiver.models import EventStatus, Source
+from receiver.sealing import same_body, seal_event_row
 from receiver.sql.tables import CONFLICT, EVENT
 from receiver.storage import Storage, is_unavailable, unavailable
 
@@ -253,8 +254,9 @@ class Inbox:
         replay_of: int | None = None,
         now: datetime | None = None,
     ) -> dict[str, Any]:
-        """The inbox row of a delivery, as :meth:`insert` writes it."""
-        return event_row(
+        """The inbox row of a delivery, as :meth:`insert` writes it (sealed with the primary
+        data key, if one is configured: see :mod:`receiver.sealing`)."""
+        values = event_row(
             event,
             body,
             self.storage.now() if now is None else now,
@@ -263,6 +265,7 @@ class Inbox:
             source=source,
             replay_of=replay_of,
         )
+        return seal_event_row(self.storage.keyring, values)
 
     # -- the write path -------------------------------------------------------------------
 
@@ -307,11 +310,23 @@ class Inbox:
         if pk is not None:
             return Inserted(result="inserted", pk=pk)
         row = conn.execute(
-            select(EVENT.c.id, EVENT.c.body_sha256).where(EVENT.c.event_id == event_id)
+            select(EVENT.c.id, EVENT.c.body_sha256, EVENT.c.key_id).where(
+                EVENT.c.event_id == event_id
+            )
         ).one()
-        if row.body_sha256 == digest or values["source"] in _DERIVED:
+        if values["source"] in _DERIVED:
             # An observed or synthesised event's id is deterministic per transition while
             # the object's body may have changed since: the same transition, no conflict.
+            return Inserted(result="duplicate", pk=int(row.id))
+        same = same_body(self.storage.keyring, row.key_id, row.body_sha256, values)
+        if same is None:
+            log.warning(
+                "event_id delivered again; its stored body hash is keyed with data key %r, "
+                "which is not configured: taken as a duplicate",
+                row.key_id,
+                extra={"action": "duplicate_uncompared", "event_id": event_id},
+            )
+        if same is not False:
             return Inserted(result="duplicate", pk=int(row.id))
         conn.execute(
             self._sql.insert(CONFLICT)
@@ -323,6 +338,7 @@ class Inbox:
                 body_sha256=digest,
                 secret_id=values["secret_id"],
                 received_at=values["received_at"],
+                key_id=values["key_id"],
             )
             .on_conflict_do_nothing(index_elements=["event_id", "body_sha256"])
         )

@@ -131,6 +131,12 @@ class InboxEvent(Base, table=True):
     lease_expires_at: datetime | None = Field(default=None)
     last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     processed_at: datetime | None = Field(default=None)
+    #: The data key ``body``, ``headers`` and ``body_sha256`` are sealed and keyed with
+    #: (``None``: stored in the clear, with a plain SHA-256; see :mod:`receiver.sealing`).
+    key_id: str | None = Field(default=None, max_length=64)
+    #: When retention dropped the body, headers and error texts (the row, its ledger, its
+    #: transitions and the projection stay, so dedupe and the guard still hold).
+    redacted_at: datetime | None = Field(default=None)
 
 
 class EventConflict(Base, table=True):
@@ -147,6 +153,8 @@ class EventConflict(Base, table=True):
     body_sha256: str = Field(max_length=64)
     secret_id: str | None = Field(default=None, max_length=64)
     received_at: datetime
+    key_id: str | None = Field(default=None, max_length=64)
+    redacted_at: datetime | None = Field(default=None)
 
 
 class HandlerRun(Base, table=True):
@@ -243,3 +251,37 @@ class WorkerHeartbeat(Base, table=True):
     seen_at: datetime
     #: Events this worker has processed since it started.
     processed: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+
+
+class Rejection(Base, table=True):
+    """A rejected delivery (bad or missing signature, too large, malformed, too old).
+
+    Written at a bounded rate per web process (what is not written is counted in
+    ``suppressed``) and capped in rows; never the body unless an operator opts in
+    (``HOOKLEDGER_REJECTIONS_BODY_BYTES``), then capped and sealed. See
+    :mod:`receiver.rejections`.
+    """
+
+    __tablename__ = "hookledger_rejection"
+    __table_args__ = (Index("ix_hookledger_rejection_received_at", "received_at"),)
+
+    id: int | None = Field(
+        default=None, sa_column=Column(_BIGINT_PK, primary_key=True, autoincrement=True)
+    )
+    received_at: datetime
+    #: ``signature_mismatch``, ``signature_missing``, ``signature_malformed``, ``too_large``,
+    #: ``malformed_event``, ``too_old``; ``rate_limited`` for a row that only carries a count.
+    reason: str = Field(max_length=32)
+    http_status: int
+    remote_addr: str | None = Field(default=None, max_length=64)
+    #: Bytes of the body (read, or declared by Content-Length when it was refused unread).
+    size: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    #: JSON list of the request's header names (lower case; never a value).
+    header_names: str = Field(sa_column=Column(Text, nullable=False))
+    #: JSON list of the ids of the webhook secrets the signature was checked against.
+    secret_ids: str = Field(sa_column=Column(Text, nullable=False))
+    #: Rejections this process did not record (rate limit) before this row.
+    suppressed: int = Field(default=0)
+    #: The first bytes of the body, sealed, when an operator opted in.
+    body: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    key_id: str | None = Field(default=None, max_length=64)

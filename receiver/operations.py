@@ -6,7 +6,6 @@ receive or dispatch path (except :func:`read_cutover`, which every dispatched ba
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -18,6 +17,7 @@ from sqlalchemy.orm import Session
 from receiver import guard
 from receiver.clock import as_utc
 from receiver.db import VERSION_TABLE
+from receiver.errors import DataUnavailable, RedactedEvents
 from receiver.events import Event
 from receiver.inbox import Inbox
 from receiver.models import (
@@ -29,6 +29,7 @@ from receiver.models import (
     Projection,
     Source,
 )
+from receiver.sealing import open_body, open_error, open_headers
 from receiver.sql.tables import CONFLICT, CUTOVER, EVENT, HANDLER_RUN
 from receiver.storage import Storage
 
@@ -75,25 +76,40 @@ class Operations:
     # -- events ---------------------------------------------------------------------------
 
     def select_events(self, flt: EventFilter) -> list[InboxEvent]:
+        """The chosen events, detached, their ``last_error`` opened for reading (``body`` and
+        ``headers`` stay as stored: :meth:`receiver.store.Store.open_body`)."""
         query = select(InboxEvent).order_by(InboxEvent.id)  # type: ignore[arg-type]
         query = query.where(*_filter_clauses(flt))
         if flt.limit:
             query = query.limit(flt.limit)
         with Session(self.storage.deferred) as session:
-            return list(session.scalars(query))
+            rows = list(session.scalars(query))
+            session.expunge_all()
+        return [self._readable(e) for e in rows]
 
     def get(self, event_id: str) -> InboxEvent | None:
         with Session(self.storage.deferred) as session:
-            return session.scalars(
+            found = session.scalars(
                 select(InboxEvent).where(InboxEvent.event_id == event_id)  # type: ignore[arg-type]
             ).first()
+            session.expunge_all()
+        return None if found is None else self._readable(found)
 
     def handler_runs(self, event_pk: int) -> dict[str, HandlerRun]:
         with Session(self.storage.deferred) as session:
             rows = session.scalars(
                 select(HandlerRun).where(HandlerRun.event_pk == event_pk)  # type: ignore[arg-type]
             )
-            return {r.handler: r for r in rows}
+            runs = {r.handler: r for r in rows}
+            session.expunge_all()
+        for run in runs.values():
+            run.last_error = open_error(self.storage.keyring, run.last_error)
+        return runs
+
+    def _readable(self, row: InboxEvent) -> InboxEvent:
+        """``row`` (detached) with its error text opened for reading (never raises)."""
+        row.last_error = open_error(self.storage.keyring, row.last_error)
+        return row
 
     def requeue(self, flt: EventFilter, *, dry_run: bool = False) -> list[InboxEvent]:
         """Put dead (or, when asked, pending) events back in the queue with fresh attempts.
@@ -115,13 +131,18 @@ class Operations:
                 limit=flt.limit,
             )
         )
+        refuse_redacted(chosen, "requeued")
         if dry_run or not chosen:
             return chosen
         now = self.storage.now()
         with self.storage.engine.begin() as conn:
             conn.execute(
                 update(EVENT)
-                .where(EVENT.c.id.in_([e.id for e in chosen]), EVENT.c.status.in_(wanted))
+                .where(
+                    EVENT.c.id.in_([e.id for e in chosen]),
+                    EVENT.c.status.in_(wanted),
+                    EVENT.c.redacted_at.is_(None),
+                )
                 .values(
                     status=EventStatus.PENDING,
                     attempts=0,
@@ -139,8 +160,12 @@ class Operations:
         for it, bypassing the staleness guard and the transition-once rule (the operator asked).
         Returns (original, new event id) pairs."""
         chosen = self.select_events(flt)
+        refuse_redacted(chosen, "replayed")
+        # Every body is opened before anything is stored: a row sealed with a key that is
+        # not configured stops the replay, naming that row, with nothing half done.
+        opened = [self._opened(original) for original in chosen]
         out: list[tuple[InboxEvent, str]] = []
-        for original in chosen:
+        for original, (body, headers) in zip(chosen, opened, strict=True):
             assert original.id is not None
             with self.storage.deferred.connect() as conn:
                 n = conn.execute(
@@ -150,16 +175,26 @@ class Operations:
             out.append((original, new_id))
             if dry_run:
                 continue
-            copy = replace(parse(original.body), event_id=new_id)
+            copy = replace(parse(body), event_id=new_id)
             self._inbox.insert(
                 copy,
-                original.body,
-                headers=json.loads(original.headers).items(),
+                body,
+                headers=headers.items(),
                 secret_id=original.secret_id,
                 source=Source.REPLAY,
                 replay_of=original.id,
             )
         return out
+
+    def _opened(self, row: InboxEvent) -> tuple[bytes, dict[str, str]]:
+        """The plaintext body and headers of ``row``; raises naming the row."""
+        try:
+            return (
+                open_body(self.storage.keyring, row.body, row.event_id),
+                open_headers(self.storage.keyring, row.headers, row.event_id),
+            )
+        except DataUnavailable as exc:
+            raise DataUnavailable(f"event #{row.id}: its body {exc.message}") from exc
 
     def prune(
         self, older_than: timedelta, *, include_dead: bool = False, dry_run: bool = False
@@ -263,6 +298,19 @@ class Operations:
                 .values(name=CUTOVER_NAME, **values)
                 .on_conflict_do_update(index_elements=["name"], set_=values)
             )
+
+
+def refuse_redacted(chosen: Sequence[InboxEvent], verb: str) -> None:
+    """Raise :class:`RedactedEvents` if any of ``chosen`` was redacted: its body is gone, so
+    it must never be dispatched again (the operator narrows the filter)."""
+    redacted = [e for e in chosen if e.redacted_at is not None]
+    if not redacted:
+        return
+    shown = ", ".join(f"#{e.id}" for e in redacted[:10]) + (" ..." if len(redacted) > 10 else "")
+    raise RedactedEvents(
+        f"{len(redacted)} of the chosen events were redacted ({shown}): their bodies are "
+        f"gone, so they cannot be {verb}; narrow the filter (--since, --id, ...)"
+    )
 
 
 def _status_counts(conn: Connection) -> dict[str, int]:

@@ -31,7 +31,9 @@ from sqlalchemy import (
 )
 
 from receiver.clock import as_utc
+from receiver.crypto import Keyring
 from receiver.db import deferred_begin
+from receiver.errors import BodyRedacted, DataUnavailable
 from receiver.models import (
     EventConflict,
     EventStatus,
@@ -41,6 +43,7 @@ from receiver.models import (
     Source,
     Transition,
 )
+from receiver.sealing import BODY, open_body, open_error, open_headers
 
 E: Table = InboxEvent.__table__  # type: ignore[attr-defined]
 C: Table = EventConflict.__table__  # type: ignore[attr-defined]
@@ -226,7 +229,12 @@ def _iso(value: datetime | None) -> str | None:
     return as_utc(value).isoformat() if value is not None else None
 
 
-def _event_row(r: Any) -> EventRow:
+_CLEAR = Keyring()
+
+
+def _event_row(r: Any, keyring: Keyring = _CLEAR) -> EventRow:
+    """A listed row, its error text opened with ``keyring`` (a part that cannot be opened
+    says why instead: see :func:`receiver.sealing.open_error`)."""
     return EventRow(
         id=int(r.id),
         event_id=r.event_id,
@@ -245,7 +253,7 @@ def _event_row(r: Any) -> EventRow:
         processed_at=as_utc(r.processed_at) if r.processed_at is not None else None,
         lease_owner=r.lease_owner,
         replay_of=r.replay_of,
-        last_error=r.last_error,
+        last_error=open_error(keyring, r.last_error),
     )
 
 
@@ -276,8 +284,9 @@ def _clauses(q: EventQuery) -> list[Any]:
     return clauses
 
 
-def list_events(engine: Engine, q: EventQuery) -> Page:
-    """Events matching ``q``, newest first (by inbox id), one page."""
+def list_events(engine: Engine, q: EventQuery, *, keyring: Keyring | None = None) -> Page:
+    """Events matching ``q``, newest first (by inbox id), one page; error texts opened with
+    ``keyring`` (the store's data keys)."""
     q.validate()
     stmt = (
         select(*_LISTED)
@@ -287,7 +296,7 @@ def list_events(engine: Engine, q: EventQuery) -> Page:
         .limit(q.limit + 1)
     )
     with deferred_begin(engine).connect() as conn:
-        rows = [_event_row(r) for r in conn.execute(stmt)]
+        rows = [_event_row(r, keyring or _CLEAR) for r in conn.execute(stmt)]
     return Page(rows=rows[: q.limit], offset=q.offset, limit=q.limit, has_more=len(rows) > q.limit)
 
 
@@ -299,8 +308,11 @@ def event_pks(engine: Engine, q: EventQuery, *, cap: int = 10_000) -> list[int]:
         return [int(r[0]) for r in conn.execute(stmt)]
 
 
-def find_event(engine: Engine, ref: str) -> EventDetail | None:
-    """One event by inbox id (``123`` or ``#123``) or by event id, with its details."""
+def find_event(engine: Engine, ref: str, *, keyring: Keyring | None = None) -> EventDetail | None:
+    """One event by inbox id (``123`` or ``#123``) or by event id, with its details; its body,
+    headers and error texts opened with ``keyring`` (a body that cannot be opened is replaced
+    by a note saying why)."""
+    keyring = keyring or _CLEAR
     ref = ref.strip()
     by_pk = ref.lstrip("#")
     with deferred_begin(engine).connect() as conn:
@@ -318,7 +330,7 @@ def find_event(engine: Engine, ref: str) -> EventDetail | None:
                 status=r.status,
                 attempts=int(r.attempts),
                 updated_at=as_utc(r.updated_at),
-                last_error=r.last_error,
+                last_error=open_error(keyring, r.last_error),
             )
             for r in conn.execute(select(H).where(H.c.event_pk == pk).order_by(H.c.handler))
         )
@@ -356,12 +368,19 @@ def find_event(engine: Engine, ref: str) -> EventDetail | None:
             for r in conn.execute(select(E.c.id).where(E.c.replay_of == pk).order_by(E.c.id))
         )
     try:
-        headers = {str(k): str(v) for k, v in json.loads(row.headers or "{}").items()}
-    except (ValueError, AttributeError):
+        opened = open_headers(keyring, row.headers or "{}", row.event_id)
+        headers = {str(k): str(v) for k, v in opened.items()}
+    except (ValueError, AttributeError, DataUnavailable):
         headers = {}
+    try:
+        body = open_body(keyring, bytes(row.body), row.event_id)
+    except BodyRedacted:
+        body = b"[redacted by retention]"
+    except DataUnavailable as exc:
+        body = f"[body {exc.message}]".encode()
     return EventDetail(
-        row=_event_row(row),
-        body=bytes(row.body),
+        row=_event_row(row, keyring),
+        body=body,
         headers=headers,
         body_sha256=row.body_sha256,
         secret_id=row.secret_id,
@@ -425,11 +444,19 @@ def list_conflicts(engine: Engine, *, limit: int = 50, offset: int = 0) -> Page:
     return Page(rows=rows[:limit], offset=offset, limit=limit, has_more=len(rows) > limit)
 
 
-def conflict_body(engine: Engine, conflict_id: int) -> bytes | None:
-    """The body of one conflicting delivery."""
+def conflict_body(
+    engine: Engine, conflict_id: int, *, keyring: Keyring | None = None
+) -> bytes | None:
+    """The body of one conflicting delivery, opened with ``keyring`` (a note when it cannot
+    be)."""
     with deferred_begin(engine).connect() as conn:
-        body = conn.execute(select(C.c.body).where(C.c.id == conflict_id)).scalar()
-    return bytes(body) if body is not None else None
+        row = conn.execute(select(C.c.event_id, C.c.body).where(C.c.id == conflict_id)).first()
+    if row is None or row.body is None:
+        return None
+    try:
+        return (keyring or _CLEAR).open(bytes(row.body), purpose=BODY, context=row.event_id)
+    except DataUnavailable as exc:
+        return f"[body {exc.message}]".encode()
 
 
 def status_counts(engine: Engine) -> dict[str, int]:

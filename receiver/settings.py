@@ -12,6 +12,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from receiver.atrest import DOCUMENTED as DATA_AT_REST_DOCUMENTED
+from receiver.atrest import DataAtRest
 from receiver.errors import ConfigurationError
 from receiver.headers import DEFAULT_STORED_HEADERS, parse_header_names
 from receiver.signature import Secret, parse_secrets
@@ -41,6 +43,7 @@ DOCUMENTED: Mapping[str, str] = {
     "STORED_HEADERS": "request headers stored with each webhook besides "
     + ", ".join(sorted(DEFAULT_STORED_HEADERS))
     + " (comma-separated names; all others are dropped before storage)",
+    **DATA_AT_REST_DOCUMENTED,
 }
 
 
@@ -67,6 +70,8 @@ class Settings:
     auto_migrate: bool = False
     #: Header names (lower case) stored besides :data:`receiver.headers.DEFAULT_STORED_HEADERS`.
     stored_headers: tuple[str, ...] = ()
+    #: Data keys, retention, the rejected-deliveries log, the maximum event age.
+    data: DataAtRest = field(default_factory=DataAtRest)
 
     @classmethod
     def resolve(
@@ -110,6 +115,7 @@ class Settings:
                 defer_limit=float(get("DEFER_LIMIT", 86_400.0)),
                 auto_migrate=_bool(get("AUTO_MIGRATE", False)),
                 stored_headers=parse_header_names(get("STORED_HEADERS")),
+                data=DataAtRest.resolve(get),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid hookledger setting: {exc}") from exc

@@ -12,7 +12,12 @@ import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from receiver.errors import ConfigurationError, SignatureError
+from receiver.errors import (
+    ConfigurationError,
+    SignatureError,
+    SignatureMalformed,
+    SignatureMissing,
+)
 
 SIGNATURE_HEADER = "X-Webhook-Signature-512"
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -128,10 +133,10 @@ def verify(body: bytes, signature: str | None, secrets: Iterable[Secret]) -> str
     if not candidates:
         raise ConfigurationError("no webhook secret is configured")
     if signature is None or not signature.strip():
-        raise SignatureError("missing X-Webhook-Signature-512 header")
+        raise SignatureMissing("missing X-Webhook-Signature-512 header")
     given = signature.strip()
     if len(given) != _SIGNATURE_LENGTH or not _HEX_DIGITS.issuperset(given):
-        raise SignatureError("malformed X-Webhook-Signature-512 header")
+        raise SignatureMalformed("malformed X-Webhook-Signature-512 header")
     given_bytes = given.lower().encode("ascii")
     matched: str | None = None
     for secret in candidates:

@@ -16,17 +16,22 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from receiver.clock import Clock, as_utc, utcnow
+from receiver.crypto import Keyring
 from receiver.db import deferred_begin
 from receiver.errors import StorageUnavailable
 from receiver.sql import Statements, statements_for
 
 
 class Storage:
-    """One engine (SQLite or PostgreSQL), its dialect's statements, and the clock."""
+    """One engine (SQLite or PostgreSQL), its dialect's statements, the clock, and the data
+    keys stored payloads are sealed with (:mod:`receiver.sealing`)."""
 
-    def __init__(self, engine: Engine, *, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, engine: Engine, *, clock: Clock = utcnow, keyring: Keyring | None = None
+    ) -> None:
         self.engine = engine
         self.clock = clock
+        self.keyring = keyring or Keyring()
         self.sql: Statements = statements_for(engine)
         #: Reads, and transactions whose first statement writes: on SQLite a deferred BEGIN,
         #: so reads never queue for the lock and an insert holds it only from its INSERT on.

@@ -3,7 +3,11 @@
 - :class:`receiver.inbox.Inbox`: insert-or-ignore of deliveries (the receive path);
 - :class:`receiver.queue.Queue`: claims under object leases, renewals, releases;
 - :class:`receiver.dispatch.Dispatcher`: the guard, the handlers, the ledger and the outcomes;
-- :class:`receiver.operations.Operations`: requeue, replay, prune, listings, counts, cut-over.
+- :class:`receiver.operations.Operations`: requeue, replay, prune, listings, counts, cut-over;
+- data at rest: :class:`receiver.retention.Retention` (redact, prune by policy),
+  :class:`receiver.rotation.KeyRotation` (``rotate-keys``) and
+  :class:`receiver.rejections.RejectionLog` (rejected deliveries); the data keys
+  (:class:`receiver.crypto.Keyring`) seal what :mod:`receiver.sealing` lists.
 
 They share one :class:`receiver.storage.Storage` (engine, clock, the dialect's statements from
 :mod:`receiver.sql`). Every operation is one short transaction; correctness never depends on a
@@ -20,7 +24,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, Engine
 
 from receiver import guard
+from receiver.atrest import RejectionPolicy
 from receiver.clock import Clock, utcnow
+from receiver.crypto import Keyring
 from receiver.dispatch import Dispatcher, HandlerCall, Outcome, Work
 from receiver.events import Event
 from receiver.headers import (
@@ -41,7 +47,11 @@ from receiver.models import (
 )
 from receiver.operations import EventFilter, Operations
 from receiver.queue import Claimed, Queue
+from receiver.rejections import RejectionLog
+from receiver.retention import Retention
 from receiver.retry import RetryPolicy
+from receiver.rotation import KeyRotation
+from receiver.sealing import open_body, open_headers
 from receiver.storage import Storage
 
 
@@ -57,17 +67,24 @@ class Store:
         rng: random.Random | None = None,
         write_wait: float = 5.0,
         headers: Iterable[str] = (),
+        keyring: Keyring | None = None,
+        rejections: RejectionPolicy | None = None,
     ) -> None:
         """``write_wait``: on SQLite, how long a delivery waits for this process's other
         threads' inserts before it gives up with :class:`StorageUnavailable` (use the busy
         timeout). ``headers``: request header names stored with each delivery besides
-        :data:`receiver.headers.DEFAULT_STORED_HEADERS` (every other header is dropped)."""
-        self.storage = Storage(engine, clock=clock)
+        :data:`receiver.headers.DEFAULT_STORED_HEADERS` (every other header is dropped).
+        ``keyring``: the data keys payloads are sealed with (none: stored in the clear).
+        ``rejections``: how rejected deliveries are recorded."""
+        self.storage = Storage(engine, clock=clock, keyring=keyring)
         self.retry = retry or RetryPolicy()
         self.inbox = Inbox(self.storage, write_wait=write_wait, headers=stored_headers(headers))
         self.queue = Queue(self.storage, retry=self.retry)
         self.dispatcher = Dispatcher(self.storage, retry=self.retry, rng=rng)
         self.operations = Operations(self.storage, inbox=self.inbox)
+        self.retention = Retention(self.storage)
+        self.rotation = KeyRotation(self.storage)
+        self.rejections = RejectionLog(self.storage, rejections)
 
     def __repr__(self) -> str:
         return f"Store(dialect={self.engine.dialect.name!r})"
@@ -96,6 +113,21 @@ class Store:
 
     def now(self) -> datetime:
         return self.storage.now()
+
+    @property
+    def keyring(self) -> Keyring:
+        """The data keys stored payloads are sealed with (see :mod:`receiver.sealing`)."""
+        return self.storage.keyring
+
+    def open_body(self, body: bytes, event_id: str) -> bytes:
+        """The plaintext of a stored body (an :class:`InboxEvent`'s or a :class:`Claimed`'s
+        ``body``, with its ``event_id``). Raises :class:`receiver.errors.BodyRedacted` for a
+        redacted event, :class:`receiver.errors.DataUnavailable` when its key is missing."""
+        return open_body(self.storage.keyring, body, event_id)
+
+    def open_headers(self, headers: str, event_id: str) -> dict[str, str]:
+        """The stored request headers of an event (``{}`` once redacted)."""
+        return open_headers(self.storage.keyring, headers, event_id)
 
     # -- receive (receiver.inbox) ---------------------------------------------------------
 

@@ -25,7 +25,7 @@ from receiver import signals
 from receiver.clock import as_utc
 from receiver.defer import Defer
 from receiver.dispatch import HandlerCall, Outcome, Work
-from receiver.errors import MalformedEvent
+from receiver.errors import BodyRedacted, DataUnavailable, MalformedEvent
 from receiver.events import parse_event
 from receiver.heartbeat import Beater
 from receiver.models import EventStatus, InboxEvent
@@ -174,8 +174,8 @@ class Worker:
         """Guard ``claimed`` and run its pending handlers; return the status written."""
         timings: dict[int, _Timings] = {}
         work = self._work(claimed, timings)
-        if work is None:
-            return EventStatus.DEAD
+        if work is None:  # closed without dispatch: dead, or failed and waiting for a retry
+            return self.store.status_of(claimed.pk) or EventStatus.DEAD
         outcome = self.store.dispatch(work.claimed, work.handlers)
         self._report([work], [outcome], timings)
         return outcome.status
@@ -202,7 +202,7 @@ class Worker:
 
     def _work(self, claimed: Claimed, timings: dict[int, _Timings]) -> Work | None:
         try:
-            event = parse_event(claimed.body)
+            event = parse_event(self.store.open_body(claimed.body, claimed.event_id))
         except MalformedEvent as exc:  # stored by an older version, or edited by hand
             if self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc)):
                 log.error(
@@ -213,6 +213,34 @@ class Worker:
                     signals.event_dead_lettered,
                     **_info(claimed),
                     reason=f"unparseable body: {exc}",
+                    attempts=claimed.attempts,
+                )
+            return None
+        except BodyRedacted as exc:  # never dispatch what retention emptied
+            if self.store.finish(claimed, status=EventStatus.DEAD, error=exc.message):
+                log.error(
+                    "event dead-lettered: its body was redacted",
+                    extra=_about(claimed, action="dead_letter"),
+                )
+                signals.send(
+                    signals.event_dead_lettered,
+                    **_info(claimed),
+                    reason="body redacted",
+                    attempts=claimed.attempts,
+                )
+            return None
+        except DataUnavailable as exc:  # a data key missing here: retried, then dead-lettered
+            log.error(
+                "event body cannot be opened: %s",
+                exc.message,
+                extra=_about(claimed, action="data_key_error"),
+            )
+            written = self.store.finish(claimed, status="failed", error=f"body {exc.message}")
+            if written == EventStatus.DEAD:
+                signals.send(
+                    signals.event_dead_lettered,
+                    **_info(claimed),
+                    reason=f"body {exc.message}",
                     attempts=claimed.attempts,
                 )
             return None

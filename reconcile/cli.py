@@ -29,6 +29,7 @@ import click
 from sqlalchemy.exc import OperationalError
 
 from receiver import db
+from receiver.atrest import from_environment
 from receiver.cliutil import add_log_options, long_running, run_main, running_as_program
 from receiver.errors import ConfigurationError, HookledgerError, StorageUnavailable
 from receiver.signature import parse_secrets
@@ -67,7 +68,8 @@ ENV_HELP = (
     "window, 2000), HOOKLEDGER_SWEEP_BUDGET (requests per run, 500), "
     "HOOKLEDGER_SWEEP_HORIZON_DAYS (e.g. 'payment=30,dispute=180'), "
     "HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS (600: the least time between two checks of an "
-    "object)."
+    "object), HOOKLEDGER_DATA_KEYS (the data keys what it stores is sealed with, as the "
+    "receiver's), HOOKLEDGER_RETENTION_DAYS (the scheduler's nightly retention)."
 )
 
 log = logging.getLogger("reconcile.cli")
@@ -135,7 +137,12 @@ class Context:
             if not self.database_url:
                 _fail("set HOOKLEDGER_DATABASE_URL (or --database-url)")
             try:
-                self._inbox = Store(db.make_engine(self.database_url))
+                data = from_environment()  # HOOKLEDGER_DATA_KEYS: what it stores is sealed too
+                self._inbox = Store(
+                    db.make_engine(self.database_url),
+                    keyring=data.keyring,
+                    rejections=data.rejections,
+                )
             except ConfigurationError as exc:
                 _fail(exc.message)
         return self._inbox
@@ -606,6 +613,13 @@ def backfill_cmd(
     show_default=True,
     help="Seconds a late run may still start.",
 )
+@click.option(
+    "--retention-at",
+    default="03:30",
+    show_default=True,
+    help="UTC time of the daily retention (prune, then redact, as HOOKLEDGER_RETENTION_DAYS says).",
+)
+@click.option("--no-retention", is_flag=True, help="Do not run the retention job here.")
 @click.pass_obj
 def schedule_cmd(
     obj: Context,
@@ -614,6 +628,8 @@ def schedule_cmd(
     nightly_hours: float,
     nightly_sweep_budget: int,
     misfire_grace: int,
+    retention_at: str,
+    no_retention: bool,
 ) -> None:
     from reconcile import scheduler as sched
 
@@ -649,6 +665,16 @@ def schedule_cmd(
         finally:
             client.close()
 
+    from_environment().warn("reconcile schedule")
+
+    def retain() -> None:
+        try:
+            policy = from_environment().retention
+            report = obj.inbox().retention.run(policy)
+            logger.info("%s", report.render(), extra={"action": "retention"})
+        except Exception:
+            logger.exception("retention run failed")
+
     try:
         scheduler = sched.configure(
             sched.blocking_scheduler(),
@@ -656,6 +682,8 @@ def schedule_cmd(
             every_minutes=every_minutes,
             nightly_at=nightly_at,
             misfire_grace=misfire_grace,
+            retention=None if no_retention else retain,
+            retention_at=retention_at,
         )
     except ValueError as exc:
         _fail(str(exc))
@@ -668,7 +696,8 @@ def schedule_cmd(
     signal.signal(signal.SIGINT, stop)
     click.echo(
         f"reconcile schedule: incremental every {every_minutes:g} min, "
-        f"wide at {nightly_at} UTC over {nightly_hours:g} h",
+        f"wide at {nightly_at} UTC over {nightly_hours:g} h"
+        + ("" if no_retention else f", retention at {retention_at} UTC"),
         err=True,
     )
     scheduler.start()

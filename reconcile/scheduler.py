@@ -1,9 +1,10 @@
 """The reconcile schedule (APScheduler 3.x), run as its own process: ``reconcile schedule``.
 
 Two jobs: a frequent incremental run (default every 10 minutes) and a nightly wide run
-(default 02:00 UTC over the previous 48 hours). Both coalesce missed firings into one run,
-never overlap (``max_instances=1``; the database lock also keeps other hosts out), and are
-skipped when more than ``misfire_grace`` seconds late. Never start this inside web workers.
+(default 02:00 UTC over the previous 48 hours); and the receiver's retention (prune, then
+redact, daily at 03:30 UTC). All coalesce missed firings into one run, never overlap
+(``max_instances=1``; the database lock also keeps other hosts out), and are skipped when
+more than ``misfire_grace`` seconds late. Never start this inside web workers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ log = logging.getLogger("reconcile.scheduler")
 
 INCREMENTAL_JOB = "reconcile-incremental"
 NIGHTLY_JOB = "reconcile-nightly"
+RETENTION_JOB = "hookledger-retention"
 
 
 def parse_time_of_day(value: str) -> tuple[int, int]:
@@ -42,11 +44,16 @@ def configure(
     every_minutes: float = 10.0,
     nightly_at: str = "02:00",
     misfire_grace: int = 300,
+    retention: Callable[[], Any] | None = None,
+    retention_at: str = "03:30",
 ) -> BaseScheduler:
-    """Add the two reconcile jobs to ``scheduler``; ``run(mode)`` does one run."""
+    """Add the two reconcile jobs to ``scheduler``; ``run(mode)`` does one run. With
+    ``retention``, a third job calls it daily at ``retention_at`` UTC (prune, then redact:
+    :mod:`receiver.retention`)."""
     if every_minutes <= 0:
         raise ValueError("the incremental interval must be positive")
     hour, minute = parse_time_of_day(nightly_at)
+    retention_time = parse_time_of_day(retention_at)
     defaults = {"coalesce": True, "max_instances": 1, "misfire_grace_time": misfire_grace}
     scheduler.add_job(
         run,
@@ -66,6 +73,15 @@ def configure(
         replace_existing=True,
         **defaults,
     )
+    if retention is not None:
+        scheduler.add_job(
+            retention,
+            CronTrigger(hour=retention_time[0], minute=retention_time[1], timezone="UTC"),
+            id=RETENTION_JOB,
+            name="nightly retention (prune, redact)",
+            replace_existing=True,
+            **defaults,
+        )
     return scheduler
 
 

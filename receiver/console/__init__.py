@@ -291,14 +291,14 @@ def _blueprint(gate: _Gate) -> Blueprint:
     @bp.get("/events")
     def events() -> str:
         q = _query_from_args()
-        page = queries.list_events(_engine(), q)
+        page = queries.list_events(_engine(), q, keyring=_store().keyring)
         return render(
             "events.html", page=page, q=q, links=_page_links(page), title="Events", tab="events"
         )
 
     @bp.get("/events/<int:pk>")
     def event(pk: int) -> str:
-        detail = queries.find_event(_engine(), str(pk))
+        detail = queries.find_event(_engine(), str(pk), keyring=_store().keyring)
         if detail is None:
             abort(404)
         return render(
@@ -331,7 +331,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
     @bp.get("/dead")
     def dead() -> str:
         q = _query_from_args(statuses=(EventStatus.DEAD,))
-        page = queries.list_events(_engine(), q)
+        page = queries.list_events(_engine(), q, keyring=_store().keyring)
         return render(
             "dead.html",
             page=page,
@@ -374,7 +374,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
         which = request.args.get("decision", EventStatus.STALE)
         decision = which if which in (EventStatus.STALE, EventStatus.DUPLICATE) else "stale"
         q = _query_from_args(statuses=(decision,))
-        page = queries.list_events(_engine(), q)
+        page = queries.list_events(_engine(), q, keyring=_store().keyring)
         return render(
             "stale.html",
             page=page,
@@ -395,13 +395,13 @@ def _blueprint(gate: _Gate) -> Blueprint:
 
     @bp.get("/conflicts/<int:conflict_id>")
     def conflict(conflict_id: int) -> str:
-        body = queries.conflict_body(_engine(), conflict_id)
+        body = queries.conflict_body(_engine(), conflict_id, keyring=_store().keyring)
         if body is None:
             abort(404)
         row = queries.get_conflict(_engine(), conflict_id)
         stored = None
         if row is not None and row.event_pk is not None:
-            found = queries.find_event(_engine(), str(row.event_pk))
+            found = queries.find_event(_engine(), str(row.event_pk), keyring=_store().keyring)
             stored = mask_body(found.body) if found is not None else None
         return render(
             "conflict.html",

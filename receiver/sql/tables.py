@@ -49,6 +49,7 @@ EVENT_COLUMNS = {
     "status": "varchar",
     "attempts": "integer",
     "next_attempt_at": "timestamptz",
+    "key_id": "varchar",
 }
 
 #: The rows a dispatched batch writes (see :class:`receiver.sql.base.Outcomes`): transitions

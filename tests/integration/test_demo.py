@@ -27,3 +27,4 @@ def test_the_demo_ends_with_every_order_matching_and_nothing_shipped_twice() -> 
     assert "0 twice" in out
     assert "late change recovered by the sweep: 1 x dispute_opened" in out
     assert "recorded as already seen, nothing dispatched" in out
+    assert "stored events sealed with data key 'demo', 0 in the clear" in out
