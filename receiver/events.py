@@ -709,12 +709,12 @@ class Event:
         missing content type and unknown fields are accepted.
         """
         if not isinstance(data, Mapping):
-            raise MalformedEvent(f"webhook body must be a JSON object, not {_json_type_name(data)}")
+            raise MalformedEvent(f"webhook body must be a JSON object, not {json_type(data)}")
         event_id = data.get("event_id")
         if event_id is None:
             raise MalformedEvent("webhook body has no event_id")
         if not isinstance(event_id, str):
-            raise MalformedEvent(f"event_id must be a string, not {_json_type_name(event_id)}")
+            raise MalformedEvent(f"event_id must be a string, not {json_type(event_id)}")
         if not event_id.strip():
             raise MalformedEvent("event_id is empty")
         if len(event_id) > MAX_EVENT_ID_LENGTH:
@@ -812,7 +812,8 @@ class Event:
         return self._expect(Subscription, "subscription_details")
 
 
-def _json_type_name(value: object) -> str:
+def json_type(value: object) -> str:
+    """The JSON type of a decoded value, as a noun phrase (``"an object"``, ``"null"``...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -825,7 +826,7 @@ def _json_type_name(value: object) -> str:
         return "an array"
     if isinstance(value, Mapping):
         return "an object"
-    return type(value).__name__
+    return f"a {type(value).__name__}"
 
 
 def _reject_constant(name: str) -> Any:

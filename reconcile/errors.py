@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from receiver.errors import ConfigurationError, HookledgerError
+from receiver.events import json_type
 from reconcile.jsondecode import loads as json_loads
 
 __all__ = [
@@ -320,23 +321,6 @@ def id_defect(value: object) -> str | None:
         if ch < " " or "\x7f" <= ch <= "\x9f":
             return "contains a control character"
     return "contains a non-printable character"
-
-
-def json_type(value: object) -> str:
-    """The JSON type of a decoded value, as a noun phrase (``"an object"``, ``"null"``...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__}"
 
 
 def _field(error: dict[str, Any], name: str, redact: Callable[[str], str]) -> str | None:
