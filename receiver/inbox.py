@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +42,11 @@ log = logging.getLogger("receiver.store")
 WRITERS_LOCK_SUFFIX = "-hookledger-writers"
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
+
+#: SQLite: the stored rows of some event ids (``{}``: one ``?`` per id).
+_STORED_SQL = (
+    "SELECT event_id, id, body_sha256, key_id FROM hookledger_event WHERE event_id IN ({})"
+)
 
 #: Sources whose event ids hookledger derives from the transition (not the processor's ids).
 _DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
@@ -309,6 +315,8 @@ class Inbox:
         try:
             if self._sql.one_statement_batches:
                 return self._insert_deliveries(rows)
+            if self._sql.single_writer:
+                return self._insert_unless_stored(rows)
             return list(self._insert_together(rows))
         except StorageUnavailable as exc:
             return [unavailable(exc.__cause__) for _ in rows]
@@ -319,6 +327,36 @@ class Inbox:
         for values in rows:
             outcomes.extend(self._insert_batch([values]))
         return outcomes
+
+    def _insert_unless_stored(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """SQLite: a duplicate (its event id stored, its body the same) is answered from a
+        read of the committed rows, which takes no lock (a WAL snapshot: a row there is
+        committed, with ``synchronous=FULL`` durably); the rest are written, under the write
+        lock, by the insert-or-ignore that decides (a row committed since the read is found
+        there)."""
+        event_ids = sorted({values["event_id"] for values in rows})
+        try:
+            with self.storage.deferred.connect() as conn:
+                # On the driver: no transaction to begin and end for one read.
+                cursor = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
+                    _STORED_SQL.format(", ".join("?" * len(event_ids))), event_ids
+                )
+                known = {r[0]: Stored(int(r[1]), r[2], r[3]) for r in cursor.fetchall()}
+        except (sqlite3.Error, DBAPIError):
+            known = {}  # the write below decides, and reports an outage
+        outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
+        write: list[int] = []
+        for index, values in enumerate(rows):
+            stored = known.get(values["event_id"])
+            if stored is not None and self._judge(values, stored) == "duplicate":
+                outcomes[index] = Inserted(result="duplicate", pk=stored.pk)
+            else:
+                write.append(index)
+        if write:
+            written = self._insert_together([rows[i] for i in write])
+            for index, outcome in zip(write, written, strict=True):
+                outcomes[index] = outcome
+        return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
 
     def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
         pk = self._sql.inserted_pk(conn.execute(self._sql.insert_event, values))
