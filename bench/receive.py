@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -56,6 +57,11 @@ COUNT_SQL = {
     "hookledger": "SELECT count(*) FROM hookledger_event",
     "yardstick": f"SELECT count(*) FROM {YARDSTICK_TABLE}",
 }
+#: A checkout of an earlier hookledger (``git worktree add --detach /tmp/base main``): its
+#: receive is measured in the same rounds as a third app, ``baseline`` (before/after ratios
+#: from one run). Its inbox is the same table: measured by the rows its own runs add.
+BASELINE_ENV = "HLBENCH_RECEIVE_BASELINE"
+BASELINE = "baseline"
 LUA = Path(__file__).with_name("post.lua")
 P99_TARGET_MS = 20.0
 #: Issue 9: sync workers and duplicates at least 0.8x the yardstick; gthread at or above it.
@@ -63,10 +69,14 @@ THROUGHPUT_TARGET = 0.8
 THROUGHPUT_TARGET_THREADS = 1.0
 
 
+def _apps() -> list[str]:
+    return [*APPS, BASELINE] if os.environ.get(BASELINE_ENV) else list(APPS)
+
+
 def _order(round_index: int) -> list[str]:
     """Who goes first alternates from round to round (A B, B A, A B ...): the first run of a
     round tends to meet the disturbances of what ran before (a WAL checkpoint, say)."""
-    apps = list(APPS)
+    apps = _apps()
     return apps if round_index % 2 == 0 else apps[::-1]
 
 
@@ -134,7 +144,7 @@ def _result(out: dict[str, float], stored: int) -> WrkResult:
 
 def _count(engine: sa.Engine, app: str) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(sa.text(COUNT_SQL[app])).scalar_one())
+        return int(conn.execute(sa.text(COUNT_SQL.get(app, COUNT_SQL["hookledger"]))).scalar_one())
 
 
 class _Bench:
@@ -159,6 +169,11 @@ class _Bench:
         self.servers = {}
         for app, target in APPS.items():
             self.servers[app] = Gunicorn(target, db=self.db, config=config)
+        if os.environ.get(BASELINE_ENV):
+            tree = Path(os.environ[BASELINE_ENV])
+            self.servers[BASELINE] = Gunicorn(
+                APPS["hookledger"], db=self.db, config=config, tree=tree
+            )
         for server in self.servers.values():
             server.wait_ready()
 
@@ -285,7 +300,7 @@ def run(cfg: ReceiveConfig, workdir: Path) -> Section:
 def _alternate(
     cfg: ReceiveConfig, label: str, measure: Callable[[str], WrkResult]
 ) -> dict[str, list[WrkResult]]:
-    results: dict[str, list[WrkResult]] = {app: [] for app in APPS}
+    results: dict[str, list[WrkResult]] = {app: [] for app in _apps()}
     for r in range(cfg.rounds):
         for app in _order(r):
             res = measure(app)
@@ -294,29 +309,43 @@ def _alternate(
     return results
 
 
-def _throughput_row(
+def _throughput_rows(
     db_label: str, case: str, results: dict[str, list[WrkResult]], target: float
-) -> Row:
+) -> list[Row]:
+    """The row of hookledger against the yardstick, then (if measured) the baseline's."""
     rates = {app: [x.rate for x in res] for app, res in results.items()}
-    hl, ys = median(rates["hookledger"]), median(rates["yardstick"])
-    ratio = hl / ys
-    return Row(
-        bench="receive",
-        case=f"{db_label}, {case}",
-        metric="acked events/s",
-        hookledger=hl,
-        yardstick=ys,
-        ratio=ratio,
-        target=f">= {target:g}x",
-        met=ratio >= target,
-        samples_a=rates["hookledger"],
-        samples_b=rates["yardstick"],
-    )
+    ys = median(rates["yardstick"])
+    rows = []
+    for app in ("hookledger", BASELINE):
+        if app not in rates:
+            continue
+        value = median(rates[app])
+        ratio = value / ys
+        rows.append(
+            Row(
+                bench="receive",
+                case=f"{db_label}, {case}" + (" [before]" if app == BASELINE else ""),
+                metric="acked events/s",
+                hookledger=value,
+                yardstick=ys,
+                ratio=ratio,
+                target=f">= {target:g}x",
+                met=ratio >= target,
+                samples_a=rates[app],
+                samples_b=rates["yardstick"],
+            )
+        )
+    return rows
 
 
 def _wrk_details(label: str, results: dict[str, list[WrkResult]]) -> list[str]:
     hl, ys = results["hookledger"], results["yardstick"]
+    before = [
+        f"| {label} round {i + 1} [before] | {a.as_text()} | |"
+        for i, a in enumerate(results.get(BASELINE, []))
+    ]
     return [
+        *before,
         *[
             f"| {label} round {i + 1} | {a.as_text()} | {b.as_text()} |"
             for i, (a, b) in enumerate(zip(hl, ys, strict=True))
@@ -336,31 +365,31 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
     log(f"receive on {db.label}: starting gunicorn x2 ({cfg.gunicorn.describe()})")
     bench.start(cfg.gunicorn)
     gthread = cfg.gunicorn.worker_class
-    warm = {app: bench.wrk(app, cfg.warmup) for app in APPS}
+    warm = {app: bench.wrk(app, cfg.warmup) for app in _apps()}
     bench.pool_rate = max(200.0, 2.0 * max(w.rate for w in warm.values()))
     ping = bench.ping()
     results = _alternate(cfg, gthread, lambda app: bench.wrk(app, cfg.duration))
-    section.rows.append(
-        _throughput_row(db.label, f"{gthread}, unique events", results, THROUGHPUT_TARGET_THREADS)
+    section.rows += _throughput_rows(
+        db.label, f"{gthread}, unique events", results, THROUGHPUT_TARGET_THREADS
     )
     details += _wrk_details(f"{gthread} unique", results)
     ys_rate = median([x.rate for x in results["yardstick"]])
     if cfg.duplicates:
         pool = write_pool(bench.workdir / "duplicates.txt", cfg.duplicate_pool)
-        for app in APPS:
+        for app in APPS:  # the baseline shares hookledger's table: primed with it
             bench.prime(app, pool)
         dups = _alternate(
             cfg, f"{gthread} duplicates", lambda app: bench.duplicates(app, pool, cfg.duration)
         )
         pool.unlink()
-        section.rows.append(
-            _throughput_row(db.label, f"{gthread}, duplicates", dups, THROUGHPUT_TARGET)
+        section.rows += _throughput_rows(
+            db.label, f"{gthread}, duplicates", dups, THROUGHPUT_TARGET
         )
         details += _wrk_details(f"{gthread} duplicates", dups)
     # Latency at half of the yardstick's throughput, open loop.
     rate = ys_rate / 2
     floor = bench.open_loop("yardstick:/ping", rate, cfg.rate_duration, post=False)
-    lat: dict[str, list[dict[str, float]]] = {app: [] for app in APPS}
+    lat: dict[str, list[dict[str, float]]] = {app: [] for app in _apps()}
     for r in range(cfg.rate_rounds):
         for app in _order(r):
             out = bench.open_loop(f"{app}:/webhooks/", rate, cfg.rate_duration, post=True)
@@ -386,6 +415,23 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
             samples_b=[x["p99"] for x in lat["yardstick"]],
         )
     )
+    if BASELINE in lat:
+        before = [x["p99"] for x in lat[BASELINE]]
+        section.rows.append(
+            Row(
+                bench="receive",
+                case=f"{db.label}, {gthread}, p99 at {rate:.0f}/s [before]",
+                metric="p99 ack latency ms",
+                hookledger=median(before),
+                yardstick=p99["yardstick"],
+                ratio=median(before) / p99["yardstick"],
+                target=f"< {P99_TARGET_MS:g} ms",
+                met=median(before) < P99_TARGET_MS,
+                unit="ms",
+                samples_a=before,
+                samples_b=[x["p99"] for x in lat["yardstick"]],
+            )
+        )
     details += [
         *[
             f"| open loop {rate:.0f}/s round {i + 1}: p50 / p99 / max ms | "
@@ -402,11 +448,11 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
         sync = cfg.sync_gunicorn.worker_class
         log(f"receive on {db.label}: restarting gunicorn x2 ({cfg.sync_gunicorn.describe()})")
         bench.start(cfg.sync_gunicorn)
-        for app in APPS:
+        for app in _apps():
             bench.wrk(app, cfg.warmup)
         results = _alternate(cfg, sync, lambda app: bench.wrk(app, cfg.duration))
-        section.rows.append(
-            _throughput_row(db.label, f"{sync}, unique events", results, THROUGHPUT_TARGET)
+        section.rows += _throughput_rows(
+            db.label, f"{sync}, unique events", results, THROUGHPUT_TARGET
         )
         details += _wrk_details(f"{sync} unique", results)
     details += [
