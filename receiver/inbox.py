@@ -43,6 +43,13 @@ WRITERS_LOCK_SUFFIX = "-hookledger-writers"
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
 
+import os  # noqa: E402 - experiment
+
+_PG_GROUP = os.environ.get("HLX_PG_GROUP", "1") == "1"
+
+#: PostgreSQL: the threads of a process share one statement per batch (group commit).
+PG_GROUP_COMMIT = True
+
 #: SQLite: the stored rows of some event ids (``{}``: one ``?`` per id).
 _STORED_SQL = (
     "SELECT event_id, id, body_sha256, key_id FROM hookledger_event WHERE event_id IN ({})"
@@ -134,10 +141,9 @@ class Inbox:
         #: soon as the writer is free, rather than each in SQLite's busy handler, which polls
         #: with sleeps of up to 100 ms (that sleeping was the receive path's tail latency).
         #: PostgreSQL: one round trip and one commit per batch instead of four per delivery.
+        group = sql.single_writer or (sql.one_statement_batches and PG_GROUP_COMMIT)
         self._group: GroupCommit[dict[str, Any], Inserted] | None = (
-            GroupCommit(self._insert_batch)
-            if sql.single_writer or sql.one_statement_batches
-            else None
+            GroupCommit(self._insert_batch) if group else None
         )
         #: PostgreSQL: a batch is one statement, its own transaction (no BEGIN, no COMMIT).
         self._autocommit = storage.engine.execution_options(isolation_level="AUTOCOMMIT")
