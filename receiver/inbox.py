@@ -47,8 +47,12 @@ import os  # noqa: E402 - experiment
 
 _PG_GROUP = os.environ.get("HLX_PG_GROUP", "1") == "1"
 
-#: PostgreSQL: the threads of a process share one statement per batch (group commit).
-PG_GROUP_COMMIT = True
+#: PostgreSQL: whether the threads of a process share one statement per batch (group
+#: commit). Off: measured slower (bench/receive.py, NOTES-receive.md). PostgreSQL already
+#: merges the WAL flushes of concurrent sessions' commits; queueing a process's threads
+#: behind one batch in flight cut the sessions writing at once from 8 to 2, and under load
+#: the receive rate fell below the yardstick's half (p99 in seconds).
+PG_GROUP_COMMIT = False
 
 #: SQLite: the stored rows of some event ids (``{}``: one ``?`` per id).
 _STORED_SQL = (
@@ -140,7 +144,8 @@ class Inbox:
         #: This process's threads write through one queue (group commit). SQLite: woken as
         #: soon as the writer is free, rather than each in SQLite's busy handler, which polls
         #: with sleeps of up to 100 ms (that sleeping was the receive path's tail latency).
-        #: PostgreSQL: one round trip and one commit per batch instead of four per delivery.
+        #: PostgreSQL (if :data:`PG_GROUP_COMMIT`): one statement per batch; otherwise each
+        #: thread's delivery is one statement of its own (one round trip, no BEGIN/COMMIT).
         group = sql.single_writer or (sql.one_statement_batches and PG_GROUP_COMMIT)
         self._group: GroupCommit[dict[str, Any], Inserted] | None = (
             GroupCommit(self._insert_batch) if group else None

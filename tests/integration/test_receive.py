@@ -380,6 +380,32 @@ def test_group_commit_answers_each_delivery_and_isolates_a_bad_one(
     assert _count(app, EventConflict) == 5
 
 
+def test_a_batch_answers_each_delivery_in_order(make_app: AppFactory) -> None:
+    # The group-commit writer (SQLite's transaction, PostgreSQL's one statement over arrays):
+    # new ids inserted, an id repeated in the batch a duplicate of the first, an id stored
+    # earlier with another body a conflict.
+    from receiver.events import parse_event
+
+    app, _ = make_app()
+    inbox = WebhookReceiver.state(app).store.inbox
+    stored = encode(build_event("payment_succeeded", event_id="evt_b_old", amount=1))
+    assert inbox.insert(parse_event(stored), stored).result == "inserted"
+    first = encode(build_event("payment_succeeded", event_id="evt_b_1"))
+    bodies = [
+        first,
+        encode(build_event("payment_succeeded", event_id="evt_b_2")),
+        first,
+        encode(build_event("payment_succeeded", event_id="evt_b_old", amount=2)),
+        stored,
+    ]
+    rows = [inbox.row(parse_event(body), body) for body in bodies]
+    outcomes = inbox._insert_batch(rows)
+    results = [getattr(o, "result", o) for o in outcomes]
+    assert results == ["inserted", "inserted", "duplicate", "conflict", "duplicate"]
+    assert _count(app) == 3
+    assert _count(app, EventConflict) == 1
+
+
 def test_postgres_connection_lost_while_idle_is_written_again_on_a_new_one(
     make_app: AppFactory,
 ) -> None:
