@@ -72,14 +72,16 @@ def configs(
     backends = tuple(args.backend or ("sqlite", "postgresql"))
     receive = ReceiveConfig(
         backends=backends,
-        rounds=rounds,
-        duration=2.0 if quick else 6.0,
+        # Issue 9: at least 5 alternating rounds of at least 8 s (full mode).
+        rounds=args.rounds or (2 if quick else 5),
+        duration=2.0 if quick else 8.0,
         warmup=1.0 if quick else 2.0,
         rate_rounds=1 if quick else 2,
-        rate_duration=2.0 if quick else 6.0,
+        rate_duration=2.0 if quick else 8.0,
         ping_seconds=1.0 if quick else 3.0,
         gunicorn=GunicornConfig(workers=2, worker_class="gthread", threads=4),
         profile=profile,
+        duplicate_pool=1000 if quick else 3000,
     )
     dispatch = DispatchConfig(
         run_seconds=1.5 if quick else 4.0,

@@ -378,12 +378,22 @@ class GunicornConfig:
 class Gunicorn(Proc):
     """``gunicorn`` serving ``app`` on a free loopback port."""
 
-    def __init__(self, app: str, *, db: Database, config: GunicornConfig) -> None:
+    def __init__(
+        self, app: str, *, db: Database, config: GunicornConfig, tree: Path | None = None
+    ) -> None:
+        """``tree``: serve the code of another checkout (``--chdir`` and ``PYTHONPATH``: it
+        is imported before this one's editable install), e.g. a baseline to compare with."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        env = child_env(db)
+        chdir: list[str] = []
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
+            chdir = ["--chdir", str(tree)]
         super().__init__(
             [
                 str(BIN / "gunicorn"),
+                *chdir,
                 "-w",
                 str(config.workers),
                 "-k",
@@ -398,7 +408,7 @@ class Gunicorn(Proc):
                 "warning",
                 app,
             ],
-            env=child_env(db),
+            env=env,
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:

@@ -6,6 +6,10 @@ by side under the same gunicorn configuration; the load alternates between them 
 * Throughput: ``wrk`` (closed loop, ``-t1 -c<connections>``) with :file:`bench/post.lua`,
   which posts pre-generated bodies, each with a unique ``event_id`` and its own HMAC-SHA512.
   Acknowledged = 2xx answers; every acknowledged event is checked to be in the database.
+  Under gunicorn's ``gthread`` workers and under its ``sync`` workers (each its own pair of
+  servers).
+* Duplicates: the same bodies posted again (a pool each app has already stored), so every
+  request is a duplicate delivery; nothing new may be stored.
 * Latency at half load: the open-loop client :mod:`bench.loadgen` (several processes) at 50 %
   of the yardstick's median throughput, latency measured from each request's due time. The
   same client against ``GET /ping`` on the same gunicorn gives the client's own floor.
@@ -15,9 +19,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,15 +57,26 @@ COUNT_SQL = {
     "hookledger": "SELECT count(*) FROM hookledger_event",
     "yardstick": f"SELECT count(*) FROM {YARDSTICK_TABLE}",
 }
+#: A checkout of an earlier hookledger (``git worktree add --detach /tmp/base main``): its
+#: receive is measured in the same rounds as a third app, ``baseline`` (before/after ratios
+#: from one run). Its inbox is the same table: measured by the rows its own runs add.
+BASELINE_ENV = "HLBENCH_RECEIVE_BASELINE"
+BASELINE = "baseline"
 LUA = Path(__file__).with_name("post.lua")
 P99_TARGET_MS = 20.0
+#: Issue 9: sync workers and duplicates at least 0.8x the yardstick; gthread at or above it.
 THROUGHPUT_TARGET = 0.8
+THROUGHPUT_TARGET_THREADS = 1.0
+
+
+def _apps() -> list[str]:
+    return [*APPS, BASELINE] if os.environ.get(BASELINE_ENV) else list(APPS)
 
 
 def _order(round_index: int) -> list[str]:
     """Who goes first alternates from round to round (A B, B A, A B ...): the first run of a
     round tends to meet the disturbances of what ran before (a WAL checkpoint, say)."""
-    apps = list(APPS)
+    apps = _apps()
     return apps if round_index % 2 == 0 else apps[::-1]
 
 
@@ -75,6 +92,12 @@ class ReceiveConfig:
     loadgen_procs: int = 4
     loadgen_threads: int = 8
     gunicorn: GunicornConfig = field(default_factory=GunicornConfig)
+    #: The sync-worker pass (unique events only); ``None``: none.
+    sync_gunicorn: GunicornConfig | None = field(
+        default_factory=lambda: GunicornConfig(workers=4, worker_class="sync", threads=1)
+    )
+    duplicates: bool = True
+    duplicate_pool: int = 3000
     ping_seconds: float = 3.0
     profile: bool | None = None  # None: only when a target is missed
     profile_seconds: float = 6.0
@@ -104,9 +127,24 @@ def _wrk(url: str, pool: Path | None, seconds: float, connections: int) -> dict[
     raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stdout[-800:]} {proc.stderr[-800:]}")
 
 
+def _result(out: dict[str, float], stored: int) -> WrkResult:
+    errors = int(
+        out["status_errors"] + out["connect_errors"] + out["read_errors"] + out["timeouts"]
+    )
+    acked = int(out["requests"] - out["status_errors"])
+    return WrkResult(
+        acked=acked,
+        rate=acked / (out["duration_us"] / 1e6),
+        p50_ms=out["p50_us"] / 1000,
+        p99_ms=out["p99_us"] / 1000,
+        errors=errors,
+        stored=stored,
+    )
+
+
 def _count(engine: sa.Engine, app: str) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(sa.text(COUNT_SQL[app])).scalar_one())
+        return int(conn.execute(sa.text(COUNT_SQL.get(app, COUNT_SQL["hookledger"]))).scalar_one())
 
 
 class _Bench:
@@ -125,11 +163,39 @@ class _Bench:
             server.stop()
         self.engine.dispose()
 
-    def start(self) -> None:
+    def start(self, config: GunicornConfig) -> None:
+        for server in self.servers.values():
+            server.stop()
+        self.servers = {}
         for app, target in APPS.items():
-            self.servers[app] = Gunicorn(target, db=self.db, config=self.cfg.gunicorn)
+            self.servers[app] = Gunicorn(target, db=self.db, config=config)
+        if os.environ.get(BASELINE_ENV):
+            tree = Path(os.environ[BASELINE_ENV])
+            self.servers[BASELINE] = Gunicorn(
+                APPS["hookledger"], db=self.db, config=config, tree=tree
+            )
         for server in self.servers.values():
             server.wait_ready()
+
+    def prime(self, app: str, pool: Path) -> None:
+        """Post every body of ``pool`` to ``app`` at least once (stored: later posts of
+        ``pool`` are all duplicates)."""
+        seconds = 2.0
+        for _ in range(5):  # each run starts again at the pool's first body
+            out = _wrk(self.servers[app].base + "/webhooks/", pool, seconds, self.cfg.connections)
+            if out["wraps"]:
+                return
+            seconds *= 2
+        raise RuntimeError(f"{app}: could not post the whole duplicate pool")
+
+    def duplicates(self, app: str, pool: Path, seconds: float) -> WrkResult:
+        """``pool`` posted again: every request a duplicate; nothing may be stored."""
+        before = _count(self.engine, app)
+        out = _wrk(self.servers[app].base + "/webhooks/", pool, seconds, self.cfg.connections)
+        stored = _count(self.engine, app) - before
+        if stored:
+            raise RuntimeError(f"{app}: {stored} rows stored from duplicate deliveries")
+        return _result(out, stored)
 
     def pool(self, seconds: float) -> Path:
         self.pools += 1
@@ -149,20 +215,10 @@ class _Bench:
                 log(f"  pool too small for {app} (reused bodies); again with a bigger one")
                 continue
             break
-        errors = int(
-            out["status_errors"] + out["connect_errors"] + out["read_errors"] + out["timeouts"]
-        )
-        acked = int(out["requests"] - out["status_errors"])
-        if stored < acked - int(out["read_errors"] + out["timeouts"]):
-            raise RuntimeError(f"{app}: {acked} acknowledged but only {stored} stored")
-        return WrkResult(
-            acked=acked,
-            rate=acked / (out["duration_us"] / 1e6),
-            p50_ms=out["p50_us"] / 1000,
-            p99_ms=out["p99_us"] / 1000,
-            errors=errors,
-            stored=stored,
-        )
+        result = _result(out, stored)
+        if stored < result.acked - int(out["read_errors"] + out["timeouts"]):
+            raise RuntimeError(f"{app}: {result.acked} acknowledged but only {stored} stored")
+        return result
 
     def ping(self) -> float:
         seconds = self.cfg.ping_seconds
@@ -219,10 +275,13 @@ class _Bench:
 def run(cfg: ReceiveConfig, workdir: Path) -> Section:
     section = Section(name="receive")
     started = time.monotonic()
+    sync = f"; then `{cfg.sync_gunicorn.describe()}`" if cfg.sync_gunicorn else ""
     section.details.append(
-        f"Server: `{cfg.gunicorn.describe()}` for both apps (same process and thread count); "
-        f"throughput load: `wrk -t1 -c{cfg.connections}` for {cfg.duration:g} s per run, "
-        f"{cfg.rounds} rounds alternating hookledger/yardstick; latency load: "
+        f"Server: `{cfg.gunicorn.describe()}`{sync}, the same for both apps; yardstick: raw "
+        f"driver (psycopg 3 / sqlite3), autocommit insert, no pre-ping. Throughput load: "
+        f"`wrk -t1 -c{cfg.connections}` for {cfg.duration:g} s per run, {cfg.rounds} rounds "
+        f"alternating hookledger/yardstick (unique events; then, under gthread, duplicates: "
+        f"a pool of {cfg.duplicate_pool} stored bodies posted again); latency load: "
         f"{cfg.loadgen_procs} open-loop client processes x {cfg.loadgen_threads} connections "
         f"for {cfg.rate_duration:g} s per run, {cfg.rate_rounds} rounds."
     )
@@ -238,40 +297,99 @@ def run(cfg: ReceiveConfig, workdir: Path) -> Section:
     return section
 
 
-def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
-    db = bench.db
-    log(f"receive on {db.label}: starting gunicorn x2")
-    bench.start()
-    warm = {app: bench.wrk(app, cfg.warmup) for app in APPS}
-    bench.pool_rate = max(200.0, 2.0 * max(w.rate for w in warm.values()))
-    ping = bench.ping()
-    results: dict[str, list[WrkResult]] = {app: [] for app in APPS}
+def _alternate(
+    cfg: ReceiveConfig, label: str, measure: Callable[[str], WrkResult]
+) -> dict[str, list[WrkResult]]:
+    results: dict[str, list[WrkResult]] = {app: [] for app in _apps()}
     for r in range(cfg.rounds):
         for app in _order(r):
-            res = bench.wrk(app, cfg.duration)
+            res = measure(app)
             results[app].append(res)
-            log(f"  round {r + 1} {app:10s} {res.as_text()}")
+            log(f"  {label} round {r + 1} {app:10s} {res.as_text()}")
+    return results
+
+
+def _throughput_rows(
+    db_label: str, case: str, results: dict[str, list[WrkResult]], target: float
+) -> list[Row]:
+    """The row of hookledger against the yardstick, then (if measured) the baseline's."""
     rates = {app: [x.rate for x in res] for app, res in results.items()}
-    hl, ys = median(rates["hookledger"]), median(rates["yardstick"])
-    ratio = hl / ys
-    section.rows.append(
-        Row(
-            bench="receive",
-            case=f"{db.label}, throughput",
-            metric="acked events/s",
-            hookledger=hl,
-            yardstick=ys,
-            ratio=ratio,
-            target=f">= {THROUGHPUT_TARGET}x",
-            met=ratio >= THROUGHPUT_TARGET,
-            samples_a=rates["hookledger"],
-            samples_b=rates["yardstick"],
+    ys = median(rates["yardstick"])
+    rows = []
+    for app in ("hookledger", BASELINE):
+        if app not in rates:
+            continue
+        value = median(rates[app])
+        ratio = value / ys
+        rows.append(
+            Row(
+                bench="receive",
+                case=f"{db_label}, {case}" + (" [before]" if app == BASELINE else ""),
+                metric="acked events/s",
+                hookledger=value,
+                yardstick=ys,
+                ratio=ratio,
+                target=f">= {target:g}x",
+                met=ratio >= target,
+                samples_a=rates[app],
+                samples_b=rates["yardstick"],
+            )
         )
+    return rows
+
+
+def _wrk_details(label: str, results: dict[str, list[WrkResult]]) -> list[str]:
+    hl, ys = results["hookledger"], results["yardstick"]
+    before = [
+        f"| {label} round {i + 1} [before] | {a.as_text()} | |"
+        for i, a in enumerate(results.get(BASELINE, []))
+    ]
+    return [
+        *before,
+        *[
+            f"| {label} round {i + 1} | {a.as_text()} | {b.as_text()} |"
+            for i, (a, b) in enumerate(zip(hl, ys, strict=True))
+        ],
+        f"| {label}: saturated p50 / p99 ms (median) | {fmt(median([x.p50_ms for x in hl]))} / "
+        f"{fmt(median([x.p99_ms for x in hl]))} | {fmt(median([x.p50_ms for x in ys]))}"
+        f" / {fmt(median([x.p99_ms for x in ys]))} |",
+        f"| {label}: errors (non-2xx, socket) | {sum(x.errors for x in hl)} | "
+        f"{sum(x.errors for x in ys)} |",
+    ]
+
+
+def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
+    db = bench.db
+    first = len(section.rows)
+    details = ["", f"**{db.label}**", "", "| run | hookledger | yardstick |", "|---|---|---|"]
+    log(f"receive on {db.label}: starting gunicorn x2 ({cfg.gunicorn.describe()})")
+    bench.start(cfg.gunicorn)
+    gthread = cfg.gunicorn.worker_class
+    warm = {app: bench.wrk(app, cfg.warmup) for app in _apps()}
+    bench.pool_rate = max(200.0, 2.0 * max(w.rate for w in warm.values()))
+    ping = bench.ping()
+    results = _alternate(cfg, gthread, lambda app: bench.wrk(app, cfg.duration))
+    section.rows += _throughput_rows(
+        db.label, f"{gthread}, unique events", results, THROUGHPUT_TARGET_THREADS
     )
+    details += _wrk_details(f"{gthread} unique", results)
+    ys_rate = median([x.rate for x in results["yardstick"]])
+    if cfg.duplicates:
+        pool = write_pool(bench.workdir / "duplicates.txt", cfg.duplicate_pool)
+        for app in APPS:  # the baseline shares hookledger's table: primed with it
+            bench.prime(app, pool)
+        dups = _alternate(
+            cfg, f"{gthread} duplicates", lambda app: bench.duplicates(app, pool, cfg.duration)
+        )
+        pool.unlink()
+        section.rows += _throughput_rows(
+            db.label, f"{gthread}, duplicates", dups, THROUGHPUT_TARGET
+        )
+        details += _wrk_details(f"{gthread} duplicates", dups)
     # Latency at half of the yardstick's throughput, open loop.
-    rate = ys / 2
+    rate = ys_rate / 2
     floor = bench.open_loop("yardstick:/ping", rate, cfg.rate_duration, post=False)
-    lat: dict[str, list[dict[str, float]]] = {app: [] for app in APPS}
+    lat: dict[str, list[dict[str, float]]] = {app: [] for app in _apps()}
     for r in range(cfg.rate_rounds):
         for app in _order(r):
             out = bench.open_loop(f"{app}:/webhooks/", rate, cfg.rate_duration, post=True)
@@ -285,7 +403,7 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
     section.rows.append(
         Row(
             bench="receive",
-            case=f"{db.label}, p99 at {rate:.0f}/s (50% of yardstick)",
+            case=f"{db.label}, {gthread}, p99 at {rate:.0f}/s (50% of yardstick)",
             metric="p99 ack latency ms",
             hookledger=p99["hookledger"],
             yardstick=p99["yardstick"],
@@ -297,21 +415,24 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
             samples_b=[x["p99"] for x in lat["yardstick"]],
         )
     )
-    hl_sat = results["hookledger"]
-    ys_sat = results["yardstick"]
-    section.details += [
-        "",
-        f"**{db.label}**",
-        "",
-        "| run | hookledger | yardstick |",
-        "|---|---|---|",
-        *[
-            f"| wrk round {i + 1} | {a.as_text()} | {b.as_text()} |"
-            for i, (a, b) in enumerate(zip(hl_sat, ys_sat, strict=True))
-        ],
-        f"| saturated p50 / p99 ms (median) | {fmt(median([x.p50_ms for x in hl_sat]))} / "
-        f"{fmt(median([x.p99_ms for x in hl_sat]))} | {fmt(median([x.p50_ms for x in ys_sat]))}"
-        f" / {fmt(median([x.p99_ms for x in ys_sat]))} |",
+    if BASELINE in lat:
+        before = [x["p99"] for x in lat[BASELINE]]
+        section.rows.append(
+            Row(
+                bench="receive",
+                case=f"{db.label}, {gthread}, p99 at {rate:.0f}/s [before]",
+                metric="p99 ack latency ms",
+                hookledger=median(before),
+                yardstick=p99["yardstick"],
+                ratio=median(before) / p99["yardstick"],
+                target=f"< {P99_TARGET_MS:g} ms",
+                met=median(before) < P99_TARGET_MS,
+                unit="ms",
+                samples_a=before,
+                samples_b=[x["p99"] for x in lat["yardstick"]],
+            )
+        )
+    details += [
         *[
             f"| open loop {rate:.0f}/s round {i + 1}: p50 / p99 / max ms | "
             f"{fmt(a['p50'])} / {fmt(a['p99'])} / {fmt(a['max'])} | "
@@ -319,17 +440,30 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
             for i, (a, b) in enumerate(zip(lat["hookledger"], lat["yardstick"], strict=True))
         ],
         f"| open loop p50 (median) | {fmt(p50['hookledger'])} ms | {fmt(p50['yardstick'])} ms |",
+    ]
+    missed = any(not row.met for row in section.rows[first:])
+    if cfg.profile or (cfg.profile is None and missed):
+        _profile(cfg, bench, section)
+    if cfg.sync_gunicorn is not None:
+        sync = cfg.sync_gunicorn.worker_class
+        log(f"receive on {db.label}: restarting gunicorn x2 ({cfg.sync_gunicorn.describe()})")
+        bench.start(cfg.sync_gunicorn)
+        for app in _apps():
+            bench.wrk(app, cfg.warmup)
+        results = _alternate(cfg, sync, lambda app: bench.wrk(app, cfg.duration))
+        section.rows += _throughput_rows(
+            db.label, f"{sync}, unique events", results, THROUGHPUT_TARGET
+        )
+        details += _wrk_details(f"{sync} unique", results)
+    details += [
         "",
         f"Context: `GET /ping` (no work) on the same gunicorn: {fmt(ping)} req/s with wrk; the "
         f"open-loop client's floor at {rate:.0f}/s against `/ping`: p50 {fmt(floor['p50'])} ms, "
         f"p99 {fmt(floor['p99'])} ms (scheduler late p99 {fmt(floor['late_p99'], 2)} ms), so "
-        "the client is not what limits either figure. Errors (non-2xx, socket): "
-        f"hookledger {sum(x.errors for x in hl_sat)}, yardstick {sum(x.errors for x in ys_sat)}.",
+        "the client is not what limits either figure.",
         "",
     ]
-    missed = any(not row.met for row in section.rows[-2:])
-    if cfg.profile or (cfg.profile is None and missed):
-        _profile(cfg, bench, section)
+    section.details += details
 
 
 def _profile(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:

@@ -9,6 +9,7 @@ with their own version table so they never collide with the application's migrat
 from __future__ import annotations
 
 import importlib.util
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +21,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import StaticPool
 
 from receiver.errors import ConfigurationError
@@ -32,12 +34,30 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def make_engine(url: str, *, sqlite_busy_timeout: float = 5.0, **kwargs: Any) -> Engine:
+#: PostgreSQL: a pooled connection idle for longer than this is pinged before use (seconds).
+PING_AFTER_IDLE = 30.0
+
+
+def make_engine(
+    url: str,
+    *,
+    sqlite_busy_timeout: float = 5.0,
+    ping_after_idle: float | None = PING_AFTER_IDLE,
+    **kwargs: Any,
+) -> Engine:
     """Create an engine for ``url`` with hookledger's settings for that database.
 
     ``sqlite_busy_timeout``: how long a SQLite writer waits for the lock before the request
     fails (the receiver then answers 503 and the processor retries); keep it below the
     processor's delivery timeout.
+
+    ``ping_after_idle`` (PostgreSQL): a pooled connection is pinged before use only when it
+    has been idle for longer than this many seconds (a dead one is then replaced), not on
+    every checkout (``pool_pre_ping``, one more round trip per request under load). A
+    connection that dies within that window fails its statement: that request answers 503
+    (the processor retries; the receive path runs its idempotent insert again once on a new
+    connection first), and SQLAlchemy replaces the pool's other connections. ``None``: ping
+    on every checkout (``pool_pre_ping``).
     """
     url = normalise_url(url)
     try:
@@ -70,7 +90,7 @@ def make_engine(url: str, *, sqlite_busy_timeout: float = 5.0, **kwargs: Any) ->
         for name, value in defaults.items():
             if name not in parsed.query:
                 connect_args.setdefault(name, value)
-        kwargs.setdefault("pool_pre_ping", True)
+        kwargs.setdefault("pool_pre_ping", ping_after_idle is None)
         kwargs.setdefault("pool_size", 5)
         kwargs.setdefault("max_overflow", 10)
         if parsed.get_driver_name() == "psycopg" and importlib.util.find_spec("psycopg") is None:
@@ -78,14 +98,41 @@ def make_engine(url: str, *, sqlite_busy_timeout: float = 5.0, **kwargs: Any) ->
                 "PostgreSQL needs the psycopg driver: pip install 'hookledger[postgres]'"
             )
         try:
-            return create_engine(url, **kwargs)
+            engine = create_engine(url, **kwargs)
         except ImportError as exc:  # another driver named in the URL, not installed
             raise ConfigurationError(
                 f"the database driver {parsed.get_driver_name()!r} is not installed "
                 "(hookledger's is psycopg: pip install 'hookledger[postgres]' and use "
                 "postgresql+psycopg://...)"
             ) from exc
+        if ping_after_idle is not None and not kwargs["pool_pre_ping"]:
+            _ping_after_idle(engine, ping_after_idle)
+        return engine
     raise ConfigurationError(f"unsupported database backend {backend!r} (use sqlite or postgresql)")
+
+
+_IDLE_SINCE = "hookledger_idle_since"
+
+
+def _ping_after_idle(engine: Engine, seconds: float) -> None:
+    """Ping a pooled connection at checkout only if it sat idle for over ``seconds``."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since <= seconds:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # noqa: BLE001 - any failure: replace the connection
+            raise DisconnectionError("connection lost while idle in the pool") from exc
+        if not alive:
+            raise DisconnectionError("connection lost while idle in the pool")
 
 
 def normalise_url(url: str) -> str:

@@ -3,7 +3,8 @@ write at the same time.
 
 SQLite has one writer per database, and with ``synchronous=FULL`` every commit waits for the
 disk. When several threads of a web worker store webhooks at once, each would otherwise queue
-for the lock and pay a commit of its own. Here the first thread in becomes the *leader*: it
+for the lock and pay a commit of its own. (On PostgreSQL it is off by default: see
+:data:`receiver.inbox.PG_GROUP_COMMIT`.) Here the first thread in becomes the *leader*: it
 takes every delivery queued so far (its own included), writes them in one transaction and
 commits once; the others (*followers*) wait and get their own result. Nothing is acknowledged
 before its commit, and each delivery still gets its own answer (inserted, duplicate,

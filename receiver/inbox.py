@@ -3,16 +3,19 @@
 Dedupe is the unique constraint on ``event_id`` with ``INSERT ... ON CONFLICT DO NOTHING``
 (race-safe across processes and hosts, never check-then-insert). The same ``event_id`` with a
 different body is kept in the conflicts table and flagged. Of the request headers only an
-allowlist is kept (:mod:`receiver.headers`), the rest dropped before the row is built. On
-SQLite the threads of one process share their insert transactions (:mod:`receiver.groupcommit`)
-and the web processes of one host queue on a file lock (:mod:`receiver.filelock`), not in
-SQLite's sleeping busy handler.
+allowlist is kept (:mod:`receiver.headers`), the rest dropped before the row is built. The
+threads of one process that store deliveries at the same moment share one write
+(:mod:`receiver.groupcommit`): on SQLite one transaction, and the web processes of one host
+queue on a file lock (:mod:`receiver.filelock`), not in SQLite's sleeping busy handler; on
+PostgreSQL one statement that is its own transaction (insert-or-ignore of the batch, answering
+the stored row's hash for those already there): one round trip and one commit for the batch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +32,7 @@ from receiver.groupcommit import GroupCommit
 from receiver.headers import DEFAULT_STORED_HEADERS, clean_headers
 from receiver.models import EventStatus, Source
 from receiver.sealing import same_body, seal_event_row
+from receiver.sql.base import Stored
 from receiver.sql.tables import CONFLICT, EVENT
 from receiver.storage import Storage, is_unavailable, unavailable
 
@@ -38,6 +42,22 @@ log = logging.getLogger("receiver.store")
 WRITERS_LOCK_SUFFIX = "-hookledger-writers"
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
+
+import os  # noqa: E402 - experiment
+
+_PG_GROUP = os.environ.get("HLX_PG_GROUP", "1") == "1"
+
+#: PostgreSQL: whether the threads of a process share one statement per batch (group
+#: commit). Off: measured slower (bench/receive.py, NOTES-receive.md). PostgreSQL already
+#: merges the WAL flushes of concurrent sessions' commits; queueing a process's threads
+#: behind one batch in flight cut the sessions writing at once from 8 to 2, and under load
+#: the receive rate fell below the yardstick's half (p99 in seconds).
+PG_GROUP_COMMIT = False
+
+#: SQLite: the stored rows of some event ids (``{}``: one ``?`` per id).
+_STORED_SQL = (
+    "SELECT event_id, id, body_sha256, key_id FROM hookledger_event WHERE event_id IN ({})"
+)
 
 #: Sources whose event ids hookledger derives from the transition (not the processor's ids).
 _DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
@@ -121,11 +141,19 @@ class Inbox:
         sql = storage.sql
         self._sql = sql
         self._write_wait = write_wait
-        #: SQLite: this process's threads write through one queue (group commit), woken as
+        #: This process's threads write through one queue (group commit). SQLite: woken as
         #: soon as the writer is free, rather than each in SQLite's busy handler, which polls
         #: with sleeps of up to 100 ms (that sleeping was the receive path's tail latency).
+        #: PostgreSQL (if :data:`PG_GROUP_COMMIT`): one statement per batch; otherwise each
+        #: thread's delivery is one statement of its own (one round trip, no BEGIN/COMMIT).
+        group = sql.single_writer or (sql.one_statement_batches and PG_GROUP_COMMIT)
         self._group: GroupCommit[dict[str, Any], Inserted] | None = (
-            GroupCommit(self._insert_batch) if sql.single_writer else None
+            GroupCommit(self._insert_batch) if group else None
+        )
+        #: PostgreSQL: a batch is one statement, its own transaction (no BEGIN, no COMMIT).
+        self._autocommit = storage.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._insert_conflict = sql.insert(CONFLICT).on_conflict_do_nothing(
+            index_elements=["event_id", "body_sha256"]
         )
         #: SQLite file: the web processes of this host queue for writing on a file lock,
         #: not in SQLite's sleeping busy handler (see :mod:`receiver.filelock`).
@@ -156,15 +184,18 @@ class Inbox:
         duplicate; with a different body it is kept in the conflicts table and flagged.
         Raises :class:`StorageUnavailable` when the database cannot be reached.
 
-        On SQLite, deliveries stored by this process's threads at the same moment share one
-        transaction and one commit (:mod:`receiver.groupcommit`); each still gets its own
-        answer, and only after the commit.
+        Deliveries stored by this process's threads at the same moment share one write and
+        one commit (:mod:`receiver.groupcommit`); each still gets its own answer, and only
+        after the commit.
         """
         values = self.row(
             event, body, headers=headers, secret_id=secret_id, source=source, replay_of=replay_of
         )
         if self._group is None:
-            return self._insert_together([values])[0]
+            outcome = self._insert_batch([values])[0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
         try:
             return self._group.submit(values, timeout=self._write_wait)
         except TimeoutError:
@@ -289,10 +320,14 @@ class Inbox:
             raise StorageUnavailable() from exc
 
     def _insert_batch(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
-        """:class:`GroupCommit`'s writer: one transaction for the batch; if it fails for a
-        reason other than the database being unavailable, each delivery is tried alone, so
-        one bad delivery cannot fail the others."""
+        """:class:`GroupCommit`'s writer: one write for the batch; if it fails for a reason
+        other than the database being unavailable, each delivery is tried alone, so one bad
+        delivery cannot fail the others."""
         try:
+            if self._sql.one_statement_batches:
+                return self._insert_deliveries(rows)
+            if self._sql.single_writer:
+                return self._insert_unless_stored(rows)
             return list(self._insert_together(rows))
         except StorageUnavailable as exc:
             return [unavailable(exc.__cause__) for _ in rows]
@@ -304,49 +339,194 @@ class Inbox:
             outcomes.extend(self._insert_batch([values]))
         return outcomes
 
+    def _insert_unless_stored(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """SQLite: a duplicate (its event id stored, its body the same) is answered from a
+        read of the committed rows, which takes no lock (a WAL snapshot: a row there is
+        committed, with ``synchronous=FULL`` durably); the rest are written, under the write
+        lock, by the insert-or-ignore that decides (a row committed since the read is found
+        there)."""
+        event_ids = sorted({values["event_id"] for values in rows})
+        try:
+            with self.storage.deferred.connect() as conn:
+                # On the driver: no transaction to begin and end for one read.
+                cursor = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
+                    _STORED_SQL.format(", ".join("?" * len(event_ids))), event_ids
+                )
+                known = {r[0]: Stored(int(r[1]), r[2], r[3]) for r in cursor.fetchall()}
+        except (sqlite3.Error, DBAPIError):
+            known = {}  # the write below decides, and reports an outage
+        outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
+        write: list[int] = []
+        for index, values in enumerate(rows):
+            stored = known.get(values["event_id"])
+            if stored is not None and self._judge(values, stored) == "duplicate":
+                outcomes[index] = Inserted(result="duplicate", pk=stored.pk)
+            else:
+                write.append(index)
+        if write:
+            written = self._insert_together([rows[i] for i in write])
+            for index, outcome in zip(write, written, strict=True):
+                outcomes[index] = outcome
+        return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
+
     def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
-        event_id, digest = values["event_id"], values["body_sha256"]
         pk = self._sql.inserted_pk(conn.execute(self._sql.insert_event, values))
         if pk is not None:
             return Inserted(result="inserted", pk=pk)
         row = conn.execute(
             select(EVENT.c.id, EVENT.c.body_sha256, EVENT.c.key_id).where(
-                EVENT.c.event_id == event_id
+                EVENT.c.event_id == values["event_id"]
             )
         ).one()
+        stored = Stored(int(row.id), row.body_sha256, row.key_id)
+        result = self._judge(values, stored)
+        if result == "conflict":
+            conn.execute(self._insert_conflict, conflict_row(values))
+            _log_conflict(values)
+        return Inserted(result=result, pk=stored.pk)
+
+    def _judge(self, values: dict[str, Any], stored: Stored) -> InsertResult:
+        """A delivery whose event id is already stored: a duplicate, or a conflict (the same
+        id with a different body)."""
         if values["source"] in _DERIVED:
             # An observed or synthesised event's id is deterministic per transition while
             # the object's body may have changed since: the same transition, no conflict.
-            return Inserted(result="duplicate", pk=int(row.id))
-        same = same_body(self.storage.keyring, row.key_id, row.body_sha256, values)
+            return "duplicate"
+        same = same_body(self.storage.keyring, stored.key_id, stored.body_sha256, values)
         if same is None:
             log.warning(
                 "event_id delivered again; its stored body hash is keyed with data key %r, "
                 "which is not configured: taken as a duplicate",
-                row.key_id,
-                extra={"action": "duplicate_uncompared", "event_id": event_id},
+                stored.key_id,
+                extra={"action": "duplicate_uncompared", "event_id": values["event_id"]},
             )
-        if same is not False:
-            return Inserted(result="duplicate", pk=int(row.id))
-        conn.execute(
-            self._sql.insert(CONFLICT)
-            .values(
-                event_id=event_id,
-                source=values["source"],
-                body=values["body"],
-                headers=values["headers"],
-                body_sha256=digest,
-                secret_id=values["secret_id"],
-                received_at=values["received_at"],
-                key_id=values["key_id"],
-            )
-            .on_conflict_do_nothing(index_elements=["event_id", "body_sha256"])
+        return "conflict" if same is False else "duplicate"
+
+    # -- PostgreSQL: a batch is one statement ---------------------------------------------
+
+    def _insert_deliveries(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """A batch in one statement (its own transaction). A delivery whose event id came
+        earlier in the same batch is written after it, so it is answered as the duplicate (or
+        conflict) it is."""
+        seen: set[str] = set()
+        first: list[int] = []
+        again: list[int] = []
+        for index, values in enumerate(rows):
+            (again if values["event_id"] in seen else first).append(index)
+            seen.add(values["event_id"])
+        outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
+        for index, outcome in zip(
+            first, self._write_deliveries([rows[i] for i in first]), strict=True
+        ):
+            outcomes[index] = outcome
+        if again:
+            try:
+                later = self._insert_deliveries([rows[i] for i in again])
+            except Exception as exc:  # noqa: BLE001 - theirs alone: the first ones committed
+                error = _storage_error(exc)
+                later = [error] * len(again)
+            for index, outcome in zip(again, later, strict=True):
+                outcomes[index] = outcome
+        return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
+
+    def _write_deliveries(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """Deliveries with distinct event ids: one insert-or-ignore statement, then, only for
+        conflicts (rare), one statement storing them. Raises :class:`StorageUnavailable`
+        when the database cannot be reached (nothing was written then).
+
+        No pre-ping: a pooled connection that died while idle fails the statement, which
+        is then run once more on a new connection (safe: the statement is its own
+        transaction and idempotent; had the lost attempt committed, the delivery is answered
+        as a duplicate of itself, acknowledged all the same)."""
+        for attempt in (1, 2):
+            try:
+                with self._autocommit.connect() as conn:
+                    written = self._sql.insert_deliveries(conn, rows)
+                    missing = [
+                        v["event_id"]
+                        for v in rows
+                        if v["event_id"] not in written.inserted
+                        and v["event_id"] not in written.found
+                    ]
+                    if missing:  # committed by another session while the statement ran
+                        written.found.update(self._stored(conn, missing))
+                break
+            except DBAPIError as exc:
+                if attempt == 1 and exc.connection_invalidated:
+                    log.warning(
+                        "database connection lost; writing the deliveries again on a new one",
+                        extra={"action": "reconnect"},
+                    )
+                    continue
+                if not is_unavailable(exc):
+                    raise
+                raise StorageUnavailable() from exc
+        outcomes: list[Inserted | BaseException] = []
+        conflicts: list[int] = []
+        for values in rows:
+            event_id = values["event_id"]
+            pk = written.inserted.get(event_id)
+            if pk is not None:
+                outcomes.append(Inserted(result="inserted", pk=pk))
+                continue
+            stored = written.found.get(event_id)
+            if stored is None:  # neither inserted nor there (deleted meanwhile): not stored
+                outcomes.append(StorageUnavailable())
+                continue
+            result = self._judge(values, stored)
+            if result == "conflict":
+                conflicts.append(len(outcomes))
+            outcomes.append(Inserted(result=result, pk=stored.pk))
+        if conflicts:
+            try:
+                with self._autocommit.connect() as conn:
+                    conn.execute(self._insert_conflict, [conflict_row(rows[i]) for i in conflicts])
+            except Exception as exc:  # noqa: BLE001 - the conflicts' alone: the rest committed
+                error = _storage_error(exc)
+                for index in conflicts:
+                    outcomes[index] = error
+            else:
+                for index in conflicts:
+                    _log_conflict(rows[index])
+        return outcomes
+
+    def _stored(self, conn: Connection, event_ids: list[str]) -> dict[str, Stored]:
+        query = select(EVENT.c.event_id, EVENT.c.id, EVENT.c.body_sha256, EVENT.c.key_id).where(
+            self._sql.among(EVENT.c.event_id, event_ids)
         )
-        log.warning(
-            "event_id delivered again with a different body",
-            extra={"action": "conflict", "event_id": event_id, "event_type": values["event_type"]},
-        )
-        return Inserted(result="conflict", pk=int(row.id))
+        return {r[0]: Stored(int(r[1]), r[2], r[3]) for r in conn.execute(query)}
+
+
+def conflict_row(values: dict[str, Any]) -> dict[str, Any]:
+    """The conflicts-table row of a delivery (``values``: its inbox row, sealed as stored)."""
+    return dict(
+        event_id=values["event_id"],
+        source=values["source"],
+        body=values["body"],
+        headers=values["headers"],
+        body_sha256=values["body_sha256"],
+        secret_id=values["secret_id"],
+        received_at=values["received_at"],
+        key_id=values["key_id"],
+    )
+
+
+def _log_conflict(values: dict[str, Any]) -> None:
+    log.warning(
+        "event_id delivered again with a different body",
+        extra={
+            "action": "conflict",
+            "event_id": values["event_id"],
+            "event_type": values["event_type"],
+        },
+    )
+
+
+def _storage_error(exc: Exception) -> Exception:
+    """``exc`` as a delivery's outcome: :class:`StorageUnavailable` for a database outage."""
+    if isinstance(exc, DBAPIError) and is_unavailable(exc):
+        return unavailable(exc)
+    return exc
 
 
 def _clip(value: str | None, size: int) -> str | None:

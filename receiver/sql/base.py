@@ -30,6 +30,26 @@ class Outcomes:
     finals: Sequence[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What the inbox holds under an event id: the row's id, its body hash and the data key
+    that hash is keyed with (``None``: plain SHA-256)."""
+
+    pk: int
+    body_sha256: str
+    key_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveriesWritten:
+    """What :meth:`Statements.insert_deliveries` did: the ids of the rows inserted, and the
+    rows found in their place for the others (those committed before the statement began; a
+    row committed while it ran is in neither: read it again)."""
+
+    inserted: dict[str, int]
+    found: dict[str, Stored]
+
+
 class Statements(ABC):
     """The dialect-specific statements of the inbox, for one engine's dialect."""
 
@@ -38,6 +58,10 @@ class Statements(ABC):
     #: One writer at a time for the whole database (SQLite): its transactions take the lock
     #: up front, so a read followed by a write in one of them is atomic.
     single_writer: ClassVar[bool]
+    #: A batch of deliveries is one statement, run as its own transaction (autocommit), that
+    #: also answers what was found instead (:meth:`insert_deliveries`); otherwise a batch is
+    #: one transaction of :attr:`insert_event` per delivery.
+    one_statement_batches: ClassVar[bool] = False
 
     @abstractmethod
     def insert(self, table: Table) -> Any:
@@ -58,6 +82,13 @@ class Statements(ABC):
     @abstractmethod
     def inserted_pk(self, result: CursorResult[Any]) -> int | None:
         """The id of the row :attr:`insert_event` inserted, ``None`` if it was ignored."""
+
+    def insert_deliveries(
+        self, conn: Connection, rows: Sequence[dict[str, Any]]
+    ) -> DeliveriesWritten:
+        """Insert-or-ignore deliveries with distinct event ids in one statement (see
+        :attr:`one_statement_batches`)."""
+        raise NotImplementedError(f"{self.name}: one transaction per batch instead")
 
     @abstractmethod
     def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:

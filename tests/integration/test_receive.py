@@ -316,11 +316,12 @@ def test_sqlite_writer_queue_timeout_gets_503_and_stores_nothing(
     store.engine.dispose()
 
 
-def test_sqlite_group_commit_answers_each_delivery_and_isolates_a_bad_one(
+def test_group_commit_answers_each_delivery_and_isolates_a_bad_one(
     make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Threads storing at once share transactions on SQLite. Each delivery still gets its own
-    # answer: a copy arriving in the same batch as its original is a duplicate, and a
+    # Threads storing at once share writes (SQLite: one transaction; PostgreSQL: one
+    # statement). Each delivery still gets its own answer: a copy arriving in the same batch
+    # as its original is a duplicate, the same id with another body a conflict, and a
     # delivery that fails in the database fails alone (the batch is retried item by item).
     from concurrent.futures import ThreadPoolExecutor
 
@@ -328,19 +329,33 @@ def test_sqlite_group_commit_answers_each_delivery_and_isolates_a_bad_one(
 
     app, _ = make_app()
     store = WebhookReceiver.state(app).store
-    if store.engine.dialect.name != "sqlite":
-        pytest.skip("group commit is SQLite's")
-    real = store.inbox._insert_one
+    inbox = store.inbox
+    refused = sa.exc.IntegrityError("INSERT", {}, Exception("refused"))
+    if store.engine.dialect.name == "sqlite":
+        real_one = inbox._insert_one
 
-    def one(conn: Any, values: dict[str, Any]) -> Any:
-        if values["event_id"] == "evt_bad":
-            raise sa.exc.IntegrityError("INSERT", {}, Exception("refused"))
-        return real(conn, values)
+        def one(conn: Any, values: dict[str, Any]) -> Any:
+            if values["event_id"] == "evt_bad":
+                raise refused
+            return real_one(conn, values)
 
-    monkeypatch.setattr(store.inbox, "_insert_one", one)
+        monkeypatch.setattr(inbox, "_insert_one", one)
+    else:
+        real_batch = inbox._write_deliveries
+
+        def batch(rows: list[dict[str, Any]]) -> Any:
+            if any(values["event_id"] == "evt_bad" for values in rows):
+                raise refused
+            return real_batch(rows)
+
+        monkeypatch.setattr(inbox, "_write_deliveries", batch)
     bodies = [encode(build_event("payment_succeeded", event_id=f"evt_g{i}")) for i in range(20)]
     bodies.append(encode(build_event("payment_succeeded", event_id="evt_bad")))
-    deliveries = bodies * 2  # every event twice, concurrently
+    changed = [
+        encode(build_event("payment_succeeded", event_id=f"evt_g{i}", amount=999_999))
+        for i in range(5)
+    ]
+    deliveries = bodies * 2 + changed  # every event twice, five a third time changed
 
     def store_one(body: bytes) -> str:
         try:
@@ -354,8 +369,90 @@ def test_sqlite_group_commit_answers_each_delivery_and_isolates_a_bad_one(
     for body, result in zip(deliveries, results, strict=True):
         per_event.setdefault(json.loads(body)["event_id"], []).append(result)
     assert per_event.pop("evt_bad") == ["error", "error"]
-    assert all(sorted(r) == ["duplicate", "inserted"] for r in per_event.values()), per_event
+    for event_id, answers in per_event.items():
+        if event_id in {f"evt_g{i}" for i in range(5)}:
+            # Whichever body came first is inserted; the other body is a conflict.
+            assert answers.count("inserted") == 1, (event_id, answers)
+            assert "conflict" in answers and set(answers) <= {"inserted", "duplicate", "conflict"}
+        else:
+            assert sorted(answers) == ["duplicate", "inserted"], (event_id, answers)
     assert _count(app) == 20
+    assert _count(app, EventConflict) == 5
+
+
+def test_a_batch_answers_each_delivery_in_order(make_app: AppFactory) -> None:
+    # The group-commit writer (SQLite's transaction, PostgreSQL's one statement over arrays):
+    # new ids inserted, an id repeated in the batch a duplicate of the first, an id stored
+    # earlier with another body a conflict.
+    from receiver.events import parse_event
+
+    app, _ = make_app()
+    inbox = WebhookReceiver.state(app).store.inbox
+    stored = encode(build_event("payment_succeeded", event_id="evt_b_old", amount=1))
+    assert inbox.insert(parse_event(stored), stored).result == "inserted"
+    first = encode(build_event("payment_succeeded", event_id="evt_b_1"))
+    bodies = [
+        first,
+        encode(build_event("payment_succeeded", event_id="evt_b_2")),
+        first,
+        encode(build_event("payment_succeeded", event_id="evt_b_old", amount=2)),
+        stored,
+    ]
+    rows = [inbox.row(parse_event(body), body) for body in bodies]
+    outcomes = inbox._insert_batch(rows)
+    results = [getattr(o, "result", o) for o in outcomes]
+    assert results == ["inserted", "inserted", "duplicate", "conflict", "duplicate"]
+    assert _count(app) == 3
+    assert _count(app, EventConflict) == 1
+
+
+def test_postgres_connection_lost_while_idle_is_written_again_on_a_new_one(
+    make_app: AppFactory,
+) -> None:
+    # No pre-ping on every checkout: a pooled connection killed while idle fails the
+    # statement, which is run once more on a new connection (it is idempotent).
+    app, _ = make_app()
+    store = WebhookReceiver.state(app).store
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's pooled connections")
+    client = WebhookTestClient(app)
+    assert client.post(build_event("payment_succeeded")).get_json()["status"] == "inserted"
+    # This pool's own connections only (the database is shared with other test runs).
+    held = [store.engine.connect() for _ in range(store.engine.pool.checkedin())]
+    pids = [conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() for conn in held]
+    for conn in held:
+        conn.close()
+    killer = sa.create_engine(store.engine.url, poolclass=sa.pool.NullPool)
+    with killer.connect() as conn:
+        for pid in pids:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    killer.dispose()
+    assert pids
+    time.sleep(0.1)
+    response = client.post(build_event("payment_succeeded", event_id="evt_after_kill"))
+    assert response.status_code == 200
+    assert response.get_json()["status"] == "inserted"
+    assert store.get("evt_after_kill") is not None
+
+
+def test_postgres_idle_connections_are_pinged_before_use(database_url: str) -> None:
+    from receiver.db import make_engine
+
+    if not database_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's pooled connections")
+    engine = make_engine(database_url, ping_after_idle=0.0)
+    try:
+        with engine.connect() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        killer = sa.create_engine(engine.url, poolclass=sa.pool.NullPool)
+        with killer.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        killer.dispose()
+        time.sleep(0.1)
+        with engine.connect() as conn:  # the dead one is found at checkout and replaced
+            assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() != pid
+    finally:
+        engine.dispose()
 
 
 def _hold_writers_lock(path: str, seconds: float, ready: Any) -> None:
