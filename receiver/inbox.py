@@ -43,10 +43,6 @@ WRITERS_LOCK_SUFFIX = "-hookledger-writers"
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
 
-import os  # noqa: E402 - experiment
-
-_PG_GROUP = os.environ.get("HLX_PG_GROUP", "1") == "1"
-
 #: PostgreSQL: whether the threads of a process share one statement per batch (group
 #: commit). Off: measured slower (bench/receive.py, NOTES-receive.md). PostgreSQL already
 #: merges the WAL flushes of concurrent sessions' commits; queueing a process's threads
