@@ -44,7 +44,7 @@ WRITERS_LOCK_SUFFIX = "-hookledger-writers"
 InsertResult = Literal["inserted", "duplicate", "conflict"]
 
 #: PostgreSQL: whether the threads of a process share one statement per batch (group
-#: commit). Off: measured slower (bench/receive.py, NOTES-receive.md). PostgreSQL already
+#: commit). Off: measured slower (bench/HISTORY.md). PostgreSQL already
 #: merges the WAL flushes of concurrent sessions' commits; queueing a process's threads
 #: behind one batch in flight cut the sessions writing at once from 8 to 2, and under load
 #: the receive rate fell below the yardstick's half (p99 in seconds).
