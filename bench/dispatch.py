@@ -94,8 +94,9 @@ def _template_row(engine: sa.Engine) -> dict[str, Any]:
     return row
 
 
-def fill_inbox(engine: sa.Engine, events: list[ChainEvent]) -> None:
-    """Insert ``events`` as pending webhook deliveries in one transaction (bulk, fast)."""
+def fill_inbox(engine: sa.Engine, events: list[ChainEvent], *, analyze: bool = True) -> None:
+    """Insert ``events`` as pending webhook deliveries in one transaction (bulk, fast); then
+    ``ANALYZE`` the inbox unless told not to (a fresh ledger has no statistics)."""
     from receiver.models import InboxEvent
 
     table: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
@@ -120,8 +121,9 @@ def fill_inbox(engine: sa.Engine, events: list[ChainEvent]) -> None:
     with engine.begin() as conn:
         for i in range(0, len(rows), 1000):
             conn.execute(table.insert(), rows[i : i + 1000])
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("ANALYZE hookledger_event"))
+    if analyze:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("ANALYZE hookledger_event"))
 
 
 def fill_queue(engine: sa.Engine, events: list[ChainEvent]) -> None:

@@ -68,6 +68,21 @@ class Queue:
         claimed = self.claim_batch(owner, lease_seconds, limit=1)
         return claimed[0] if claimed else None
 
+    def any_due(self) -> bool:
+        """Whether some event is due now (a read: on SQLite, without the write lock)."""
+        now = self.storage.now()
+        with self.storage.deferred.connect() as conn:
+            return (
+                conn.execute(select(EVENT.c.id).where(self._due(now)).limit(1)).first() is not None
+            )
+
+    def _due(self, now: datetime) -> Any:
+        return and_(
+            OPEN_SQL,
+            EVENT.c.next_attempt_at <= now,
+            or_(EVENT.c.lease_expires_at.is_(None), EVENT.c.lease_expires_at < now),
+        )
+
     def claim_batch(
         self, owner: str, lease_seconds: float, *, limit: int = 16, scan: int | None = None
     ) -> list[Claimed]:
@@ -92,11 +107,7 @@ class Queue:
         scan = max(scan or 64, 2 * limit)
         now = self.storage.now()
         expires = now + timedelta(seconds=lease_seconds)
-        due = and_(
-            OPEN_SQL,
-            EVENT.c.next_attempt_at <= now,
-            or_(EVENT.c.lease_expires_at.is_(None), EVENT.c.lease_expires_at < now),
-        )
+        due = self._due(now)
         query = self._sql.skip_locked(
             select(EVENT.c.id, EVENT.c.object_key)
             .where(due)
