@@ -44,6 +44,7 @@ from bench.common import (
     migrate,
     pg_commits,
 )
+from bench.drain import DrainConfig
 
 TARGET = 1000.0
 QUEUE_TABLE = "bench_queue"
@@ -70,6 +71,8 @@ class DispatchConfig:
     yardstick: bool = True
     profile: bool | None = None
     profile_seconds: float = 6.0
+    #: The history drains and the steady states (:mod:`bench.drain`); ``None``: skipped.
+    drain: DrainConfig | None = DrainConfig()
 
 
 # -- filling ----------------------------------------------------------------------------------
@@ -374,6 +377,10 @@ def run(cfg: DispatchConfig, workdir: Path) -> Section:
             for per_object, label in cases:
                 for workers in cfg.workers:
                     _case(cfg, bench, section, sizes, per_object, label, workers)
+            if cfg.drain is not None:
+                from bench import drain
+
+                drain.run(cfg.drain, section, workdir)
             missed = [row for row in section.rows if not row.met]
             if cfg.profile or (cfg.profile is None and missed):
                 _profile(cfg, bench, section, rate_h)

@@ -12,7 +12,8 @@ Each round, for each system (the order alternates from round to round):
 
 The same load generator posts the same number of signed, unique events through the same
 gunicorn configuration: ``wrk -t1 -c<connections>`` with :file:`bench/post_once.lua` (every
-body exactly once). The clock runs from the moment the load starts to the last event done
+body exactly once; wrk is interrupted once every event is stored or enqueued). The clock
+runs from the moment the load starts to the last event done
 (hookledger: the last ``processed_at``; RQ: the last job's ``ended_at``); events/s = events
 over that time. Every event must end done (hookledger) or finished (RQ).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -79,15 +81,29 @@ class Run:
     events: int  # events done (every acknowledged one)
 
 
-def _wrk(url: str, pool: Path, connections: int, timeout: float) -> dict[str, Any]:
-    args = ["wrk", "-t1", f"-c{connections}", f"-d{int(timeout)}s", "--timeout", "30s"]
+def _post_all(url: str, pool: Path, connections: int, stored: Any, n: int) -> dict[str, Any]:
+    """Post the pool once with wrk; return its summary once ``stored()`` reaches ``n`` (wrk
+    runs for a fixed duration: it is interrupted then, and prints its summary)."""
+    args = ["wrk", "-t1", f"-c{connections}", "-d3600s", "--timeout", "30s"]
     args += ["-s", str(LUA), url, "--", str(pool)]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout + 60, cwd=ROOT)
-    for line in proc.stdout.splitlines():
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        deadline = time.monotonic() + 900
+        while stored() < n and proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the events were not all stored in 900 s")
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    for line in out.splitlines():
         if line.startswith("BENCH_JSON "):
             result: dict[str, Any] = json.loads(line.removeprefix("BENCH_JSON "))
             return result
-    raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stdout[-800:]} {proc.stderr[-800:]}")
+    raise RuntimeError(f"wrk failed ({proc.returncode}): {out[-800:]} {err[-800:]}")
 
 
 def _errors(result: dict[str, Any]) -> int:
@@ -133,7 +149,13 @@ class _EndToEnd:
                     else None
                 )
                 started = time.time()
-                result = _wrk(web.base + "/webhooks/", self.pool, self.cfg.connections, 300)
+                result = _post_all(
+                    web.base + "/webhooks/",
+                    self.pool,
+                    self.cfg.connections,
+                    lambda: _stored(engine),
+                    n,
+                )
                 posted = time.time() - started
                 _wait_for("no open event", lambda: _open(engine) == 0, self.cfg.timeout, 0.1)
                 if attach is not None:
@@ -189,7 +211,13 @@ class _EndToEnd:
             web.wait_ready()
             _wait_for("the rq worker", lambda: Worker.count(queue=queue) >= 1, 60)
             started = time.time()
-            result = _wrk(web.base + "/webhooks/", self.pool, self.cfg.connections, 300)
+            result = _post_all(
+                web.base + "/webhooks/",
+                self.pool,
+                self.cfg.connections,
+                lambda: queue.count + running.count + finished.count + failed.count,
+                n,
+            )
             posted = time.time() - started
             _wait_for(
                 "every job finished",
@@ -201,7 +229,8 @@ class _EndToEnd:
             if failed.count:
                 raise RuntimeError(f"{failed.count} RQ jobs failed")
             # The registry is ordered by expiry (end + result TTL): the last is the latest.
-            last_id = redis.zrange(finished.key, -1, -1)[0].decode()
+            newest: list[bytes] = redis.zrange(finished.key, -1, -1)  # type: ignore[assignment]
+            last_id = newest[0].decode()
             ended = Job.fetch(last_id, connection=redis).ended_at
             if ended is None:
                 raise RuntimeError("the last RQ job has no end time")
@@ -215,6 +244,11 @@ class _EndToEnd:
             raise RuntimeError(f"{done} jobs finished of {n} posted ({_errors(result)} errors)")
         seconds = _utc(ended).timestamp() - started
         return Run(done / seconds, seconds, posted, _errors(result), done)
+
+
+def _stored(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM hookledger_event")).scalar_one())
 
 
 def _open(engine: sa.Engine) -> int:
