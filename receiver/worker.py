@@ -42,7 +42,7 @@ log = logging.getLogger("receiver.worker")
 SQLITE_LONG_PAUSE = 0.11
 #: SQLite: how long one of the worker's transactions should hold the write lock; the events
 #: of a batch are committed in turns of as many as fit (see :meth:`Worker._dispatch_in_turns`).
-SQLITE_TURN_SECONDS = 0.01
+SQLITE_TURN_SECONDS = 0.02
 #: SQLite: the worker leaves the lock free this long after each turn: more than the writers'
 #: lock's polling interval, so a web process waiting on it gets in.
 SQLITE_GAP_SECONDS = 0.001
@@ -198,7 +198,7 @@ class Worker:
     def _dispatch_in_turns(self, works: list[Work]) -> list[Outcome]:
         """SQLite file: commit the batch in turns, each one transaction of as many events as
         fit in about :data:`SQLITE_TURN_SECONDS` (one event at first; twice as many after a
-        quick turn, half as many after a slow one), each under the writers' lock the web
+        quicker turn, half as many after one over twice that), each under the writers' lock the web
         processes queue on, with a gap after each so that a waiting web process gets in
         within a turn. A turn is one fsync for all its events, where one transaction per
         event made the worker wait on the disk once per event."""
@@ -211,9 +211,10 @@ class Worker:
                 outcomes.extend(self.store.dispatch_many(turn))
             held = time.monotonic() - started
             done += len(turn)
-            if held < SQLITE_TURN_SECONDS / 2:
+            # A turn's time is mostly its commit (an fsync) until its handlers take longer.
+            if held < SQLITE_TURN_SECONDS:
                 self._turn = min(self._turn * 2, max(1, self.config.batch_size))
-            elif held > SQLITE_TURN_SECONDS:
+            elif held > 2 * SQLITE_TURN_SECONDS:
                 self._turn = max(1, self._turn // 2)
             self._held_since_long_pause += held + SQLITE_GAP_SECONDS
             if self._held_since_long_pause >= SQLITE_LONG_PAUSE_EVERY:
