@@ -90,8 +90,11 @@ def _template_row(engine: sa.Engine) -> dict[str, Any]:
 
     body = Template().body("evt_" + "0" * 32, "pay_" + "0" * 20)
     Store(engine).insert(parse_event(body), body)
+    from receiver.sql.tables import EVENT
+
     with engine.begin() as conn:
-        row = dict(conn.execute(sa.text("SELECT * FROM hookledger_event")).mappings().one())
+        # Typed values (SQLite hands a text query's times back as strings).
+        row = dict(conn.execute(sa.select(EVENT)).mappings().one())
         conn.execute(sa.text("DELETE FROM hookledger_event"))
     row.pop("id")
     return row
