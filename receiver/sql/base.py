@@ -72,6 +72,19 @@ class Statements(ABC):
     # -- queue ----------------------------------------------------------------------------
 
     @abstractmethod
+    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+        """The query of up to ``scan`` due events (``due``, at ``now``): ``id, object_key``
+        by ``next_attempt_at, id``, read through the index over open events in that order
+        (it stops after ``scan`` rows, whatever the backlog)."""
+
+    @property
+    @abstractmethod
+    def open_of_objects(self) -> Any:
+        """The "open event" condition for reads of given objects' events (``object_key IN
+        ...``): written so that the object index serves them, never an index over every
+        open event (whose size is the backlog's)."""
+
+    @abstractmethod
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         """``query`` locking the rows it reads, skipping rows other claimers have locked."""
 

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, CursorResult, Select, Table, any_, bindparam,
 from sqlalchemy.dialects import postgresql
 
 from receiver.sql.base import Outcomes, Statements
-from receiver.sql.tables import EVENT, EVENT_COLUMNS, OUTCOME_COLUMNS
+from receiver.sql.tables import EVENT, EVENT_COLUMNS, OPEN_SQL, OUTCOME_COLUMNS
 
 INSERT_EVENTS = text(
     f"INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) SELECT * FROM unnest("
@@ -204,6 +204,18 @@ class PostgreSQLStatements(Statements):
         return {r[0] for r in conn.execute(WAITING_OBJECTS, {"keys": list(object_keys)})}
 
     # -- queue ----------------------------------------------------------------------------
+
+    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+        return self.skip_locked(
+            select(EVENT.c.id, EVENT.c.object_key)
+            .where(due)
+            .order_by(EVENT.c.next_attempt_at, EVENT.c.id)
+            .limit(scan)
+        )
+
+    @property
+    def open_of_objects(self) -> Any:
+        return OPEN_SQL
 
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         return query.with_for_update(skip_locked=True)

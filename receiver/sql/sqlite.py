@@ -83,6 +83,21 @@ def _upsert_ledger() -> Any:
     )
 
 
+#: ``INDEXED BY``: without statistics SQLite would rather read every due event through the
+#: (status, next_attempt_at) index and sort them all, at each claim: a cost of the backlog.
+DUE_CANDIDATES = sql_text(
+    "SELECT id, object_key FROM hookledger_event INDEXED BY ix_hookledger_event_open_due"
+    " WHERE status IN ('pending', 'processing') AND next_attempt_at <= :now"
+    " AND (lease_expires_at IS NULL OR lease_expires_at < :now)"
+    " ORDER BY next_attempt_at, id LIMIT :scan"
+).bindparams(bindparam("now", type_=EVENT.c.next_attempt_at.type))
+
+#: ``+status``: SQLite then uses no index for this term, so it seeks the object index for
+#: the keys; with a plain ``status IN`` it would rather read every open event (the backlog)
+#: through the status index and sort them, at each claim.
+OPEN_OF_OBJECTS = sql_text("+hookledger_event.status IN ('pending', 'processing')")
+
+
 def waiting_sql(count: int) -> str:
     """:meth:`SQLiteStatements.waiting_objects` for ``count`` keys (``:k0``, ``:k1``...).
     ``INDEXED BY``: SQLite's planner would rather filter every open event by status."""
@@ -137,6 +152,13 @@ class SQLiteStatements(Statements):
         return {r[0] for r in conn.execute(sql_text(waiting_sql(len(names))), names)}
 
     # -- queue ----------------------------------------------------------------------------
+
+    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+        return DUE_CANDIDATES.bindparams(now=now, scan=scan)
+
+    @property
+    def open_of_objects(self) -> Any:
+        return OPEN_OF_OBJECTS
 
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         return query  # the transaction holds the database's one write lock
