@@ -102,3 +102,33 @@ def test_lock_file_is_beside_the_database(store: Store, tmp_path: Path) -> None:
     _insert(store, 1)
     _worker(store, seen).drain()
     assert Path(f"{database}{WRITERS_LOCK_SUFFIX}").exists()
+
+
+def test_claim_reads_do_not_read_the_backlog(store: Store) -> None:
+    """A claim's reads seek the open-events index in order and the object index: never a
+    read of every open event and a sort of them (a cost of the backlog). No statistics."""
+    from sqlalchemy import event as sa_event
+
+    seen: list[str] = []
+    worker = _worker(store, seen)
+    _insert(store, 200, at=datetime.now(UTC) - timedelta(minutes=1))
+    selects: list[tuple[str, object]] = []
+
+    def capture(conn: object, cursor: object, statement: str, params: object, *_: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "hookledger_event" in statement:
+            selects.append((statement, params))
+
+    sa_event.listen(store.engine, "before_cursor_execute", capture)
+    try:
+        assert worker.run_once() > 0
+    finally:
+        sa_event.remove(store.engine, "before_cursor_execute", capture)
+    assert selects
+    with store.engine.connect() as conn:
+        for statement, params in selects:
+            plan = " | ".join(
+                str(row[-1])
+                for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params)  # type: ignore[arg-type]
+            )
+            assert "TEMP B-TREE" not in plan, (statement, plan)  # a sort of what it read
+            assert "SCAN hookledger_event" not in plan, (statement, plan)
