@@ -14,10 +14,12 @@ from pathlib import Path
 from bench import report
 from bench.common import GunicornConfig, Section, environment_facts, log, temp_dir
 from bench.dispatch import DispatchConfig
+from bench.drain import DrainConfig
+from bench.endtoend import EndToEndConfig
 from bench.receive import ReceiveConfig
 from bench.reconcile import ReconcileConfig
 
-BENCHES = ("receive", "dispatch", "reconcile")
+BENCHES = ("receive", "dispatch", "reconcile", "endtoend")
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
@@ -88,6 +90,11 @@ def configs(
         min_events=200 if quick else 500,
         rounds=rounds if args.rounds else (1 if quick else 3),
         profile=profile,
+        drain=DrainConfig(
+            events=10_000 if quick else 100_000,
+            slice_events=1_000 if quick else 10_000,
+            steady_seconds=5.0 if quick else 20.0,
+        ),
     )
     reconcile = ReconcileConfig(
         sizes=(1_000, 3_000) if quick else (10_000, 100_000),
@@ -161,6 +168,17 @@ def _run(
         from bench import dispatch
 
         return dispatch.run(dispatch_cfg, workdir)
+    if name == "endtoend":
+        from bench import endtoend
+
+        return endtoend.run(
+            EndToEndConfig(
+                events=2_000 if receive_cfg.duration < 6.0 else 20_000,
+                rounds=receive_cfg.rounds,
+                profile=dispatch_cfg.profile,
+            ),
+            workdir,
+        )
     from bench import reconcile
 
     return reconcile.run(reconcile_cfg, workdir)

@@ -44,6 +44,7 @@ from bench.common import (
     migrate,
     pg_commits,
 )
+from bench.drain import DrainConfig
 
 TARGET = 1000.0
 QUEUE_TABLE = "bench_queue"
@@ -70,6 +71,8 @@ class DispatchConfig:
     yardstick: bool = True
     profile: bool | None = None
     profile_seconds: float = 6.0
+    #: The history drains and the steady states (:mod:`bench.drain`); ``None``: skipped.
+    drain: DrainConfig | None = DrainConfig()
 
 
 # -- filling ----------------------------------------------------------------------------------
@@ -87,15 +90,19 @@ def _template_row(engine: sa.Engine) -> dict[str, Any]:
 
     body = Template().body("evt_" + "0" * 32, "pay_" + "0" * 20)
     Store(engine).insert(parse_event(body), body)
+    from receiver.sql.tables import EVENT
+
     with engine.begin() as conn:
-        row = dict(conn.execute(sa.text("SELECT * FROM hookledger_event")).mappings().one())
+        # Typed values (SQLite hands a text query's times back as strings).
+        row = dict(conn.execute(sa.select(EVENT)).mappings().one())
         conn.execute(sa.text("DELETE FROM hookledger_event"))
     row.pop("id")
     return row
 
 
-def fill_inbox(engine: sa.Engine, events: list[ChainEvent]) -> None:
-    """Insert ``events`` as pending webhook deliveries in one transaction (bulk, fast)."""
+def fill_inbox(engine: sa.Engine, events: list[ChainEvent], *, analyze: bool = True) -> None:
+    """Insert ``events`` as pending webhook deliveries in one transaction (bulk, fast); then
+    ``ANALYZE`` the inbox unless told not to (a fresh ledger has no statistics)."""
     from receiver.models import InboxEvent
 
     table: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
@@ -120,8 +127,9 @@ def fill_inbox(engine: sa.Engine, events: list[ChainEvent]) -> None:
     with engine.begin() as conn:
         for i in range(0, len(rows), 1000):
             conn.execute(table.insert(), rows[i : i + 1000])
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("ANALYZE hookledger_event"))
+    if analyze:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("ANALYZE hookledger_event"))
 
 
 def fill_queue(engine: sa.Engine, events: list[ChainEvent]) -> None:
@@ -372,6 +380,10 @@ def run(cfg: DispatchConfig, workdir: Path) -> Section:
             for per_object, label in cases:
                 for workers in cfg.workers:
                     _case(cfg, bench, section, sizes, per_object, label, workers)
+            if cfg.drain is not None:
+                from bench import drain
+
+                drain.run(cfg.drain, section, workdir)
             missed = [row for row in section.rows if not row.met]
             if cfg.profile or (cfg.profile is None and missed):
                 _profile(cfg, bench, section, rate_h)

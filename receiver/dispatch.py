@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -30,7 +30,6 @@ from receiver.queue import Claimed
 from receiver.retry import RetryPolicy
 from receiver.sealing import seal_outcomes
 from receiver.sql import Outcomes
-from receiver.sql.tables import HANDLER_RUN, PROJECTION, TRANSITION
 from receiver.storage import Storage, is_unavailable
 from receiver.transitions import Reading, make_state, read_event
 
@@ -217,64 +216,21 @@ class Dispatcher:
     def _load_guard_state(self, conn: Connection, works: Sequence[Work]) -> GuardState:
         """What the guard needs of a batch's objects: the owners of the incoming states'
         transitions, the objects' projections, and each event's handlers that succeeded."""
-        among = self._sql.among
         guarded = [w.claimed for w in works if w.claimed.object_kind and w.claimed.object_id]
-        owners: dict[tuple[Any, Any, Any], int] = {}
-        currents: dict[tuple[Any, Any], guard.Projected] = {}
-        wanted = {
-            (c.object_kind, c.object_id, reading.state.key)
+        wanted: set[tuple[str, str, str]] = {
+            (c.object_kind or "", c.object_id or "", reading.state.key)
             for c in guarded
             if (reading := _reading(c)).state is not None
         }
-        # Each column is matched against the set of its values (one array parameter on
-        # PostgreSQL, served by the primary key's index); the rows are then narrowed to the
-        # exact tuples here.
-        if wanted:
-            rows = conn.execute(
-                select(
-                    TRANSITION.c.object_kind,
-                    TRANSITION.c.object_id,
-                    TRANSITION.c.state,
-                    TRANSITION.c.event_pk,
-                ).where(
-                    among(TRANSITION.c.object_kind, {k for k, _, _ in wanted}),
-                    among(TRANSITION.c.object_id, {i for _, i, _ in wanted}),
-                    among(TRANSITION.c.state, {t for _, _, t in wanted}),
-                )
+        owners: dict[tuple[Any, Any, Any], int] = dict(self._sql.transition_owners(conn, wanted))
+        objects = {(c.object_kind or "", c.object_id or "") for c in guarded}
+        currents: dict[tuple[Any, Any], guard.Projected] = {
+            (r[0], r[1]): guard.Projected(
+                state=make_state(r[0], r[2], r[3]), event_time=r[4], event_pk=int(r[5])
             )
-            owners = {(r[0], r[1], r[2]): int(r[3]) for r in rows if (r[0], r[1], r[2]) in wanted}
-        if guarded:
-            objects = {(c.object_kind, c.object_id) for c in guarded}
-            projected = conn.execute(
-                select(
-                    PROJECTION.c.object_kind,
-                    PROJECTION.c.object_id,
-                    PROJECTION.c.status,
-                    PROJECTION.c.stage,
-                    PROJECTION.c.event_time,
-                    PROJECTION.c.event_pk,
-                ).where(
-                    among(PROJECTION.c.object_kind, {k for k, _ in objects}),
-                    among(PROJECTION.c.object_id, {i for _, i in objects}),
-                )
-            )
-            currents = {
-                (r[0], r[1]): guard.Projected(
-                    state=make_state(r[0], r[2], r[3]),
-                    event_time=r[4],
-                    event_pk=int(r[5]),
-                )
-                for r in projected
-                if (r[0], r[1]) in objects
-            }
-        done: dict[int, set[str]] = {}
-        retried = [w.claimed.pk for w in works]
-        for pk, handler in conn.execute(
-            select(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler).where(
-                among(HANDLER_RUN.c.event_pk, retried), HANDLER_RUN.c.status == "succeeded"
-            )
-        ):
-            done.setdefault(int(pk), set()).add(handler)
+            for r in self._sql.projections(conn, objects)
+        }
+        done = self._sql.succeeded_handlers(conn, [w.claimed.pk for w in works])
         return owners, currents, done
 
     def _run_handlers(

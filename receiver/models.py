@@ -175,7 +175,14 @@ class Projection(Base, table=True):
 
     __tablename__ = "hookledger_projection"
     __table_args__ = (
-        Index("ix_hookledger_projection_created", "object_kind", "object_created_at"),
+        # Partial: the guard's lookup of one object (kind, id) can only use the primary key.
+        Index(
+            "ix_hookledger_projection_created",
+            "object_kind",
+            "object_created_at",
+            postgresql_where=text("object_created_at IS NOT NULL"),
+            sqlite_where=text("object_created_at IS NOT NULL"),
+        ),
     )
 
     object_kind: str = Field(primary_key=True, max_length=32)

@@ -68,6 +68,21 @@ class Queue:
         claimed = self.claim_batch(owner, lease_seconds, limit=1)
         return claimed[0] if claimed else None
 
+    def any_due(self) -> bool:
+        """Whether some event is due now (a read: on SQLite, without the write lock)."""
+        now = self.storage.now()
+        with self.storage.deferred.connect() as conn:
+            return (
+                conn.execute(select(EVENT.c.id).where(self._due(now)).limit(1)).first() is not None
+            )
+
+    def _due(self, now: datetime) -> Any:
+        return and_(
+            OPEN_SQL,
+            EVENT.c.next_attempt_at <= now,
+            or_(EVENT.c.lease_expires_at.is_(None), EVENT.c.lease_expires_at < now),
+        )
+
     def claim_batch(
         self, owner: str, lease_seconds: float, *, limit: int = 16, scan: int | None = None
     ) -> list[Claimed]:
@@ -92,17 +107,7 @@ class Queue:
         scan = max(scan or 64, 2 * limit)
         now = self.storage.now()
         expires = now + timedelta(seconds=lease_seconds)
-        due = and_(
-            OPEN_SQL,
-            EVENT.c.next_attempt_at <= now,
-            or_(EVENT.c.lease_expires_at.is_(None), EVENT.c.lease_expires_at < now),
-        )
-        query = self._sql.skip_locked(
-            select(EVENT.c.id, EVENT.c.object_key)
-            .where(due)
-            .order_by(EVENT.c.next_attempt_at, EVENT.c.id)
-            .limit(scan)
-        )
+        query = self._sql.due_candidates(self._due(now), now, scan)
         with self.storage.engine.begin() as conn:
             candidates: dict[str, int] = {}
             for row in conn.execute(query):
@@ -133,7 +138,7 @@ class Queue:
         with self.storage.engine.begin() as conn:
             head = conn.execute(
                 select(EVENT.c.id, EVENT.c.next_attempt_at)
-                .where(EVENT.c.object_key == object_key, OPEN_SQL)
+                .where(EVENT.c.object_key == object_key, self._sql.open_of_objects)
                 .order_by(EVENT.c.event_time, EVENT.c.id)
                 .limit(1)
             ).first()
@@ -221,7 +226,7 @@ class Queue:
                 .over(partition_by=EVENT.c.object_key, order_by=(EVENT.c.event_time, EVENT.c.id))
                 .label("position"),
             )
-            .where(self._sql.among(EVENT.c.object_key, keys), OPEN_SQL)
+            .where(self._sql.among(EVENT.c.object_key, keys), self._sql.open_of_objects)
             .subquery()
         )
         rows = {

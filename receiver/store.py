@@ -77,6 +77,7 @@ class Store:
         ``keyring``: the data keys payloads are sealed with (none: stored in the clear).
         ``rejections``: how rejected deliveries are recorded."""
         self.storage = Storage(engine, clock=clock, keyring=keyring)
+        self._write_wait = write_wait
         self.retry = retry or RetryPolicy()
         self.inbox = Inbox(self.storage, write_wait=write_wait, headers=stored_headers(headers))
         self.queue = Queue(self.storage, retry=self.retry)
@@ -186,6 +187,15 @@ class Store:
     ) -> list[Claimed]:
         """See :meth:`receiver.queue.Queue.claim_batch`."""
         return self.queue.claim_batch(owner, lease_seconds, limit=limit, scan=scan)
+
+    def any_due(self) -> bool:
+        """See :meth:`receiver.queue.Queue.any_due`."""
+        return self.queue.any_due()
+
+    @property
+    def busy_timeout(self) -> float:
+        """How long a write waits for the database's lock (the inbox's ``write_wait``)."""
+        return self._write_wait
 
     def claim_object(self, owner: str, object_key: str, lease_seconds: float) -> Claimed | None:
         """See :meth:`receiver.queue.Queue.claim_object`."""

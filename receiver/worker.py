@@ -12,7 +12,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -27,7 +28,9 @@ from receiver.defer import Defer
 from receiver.dispatch import HandlerCall, Outcome, Work
 from receiver.errors import BodyRedacted, DataUnavailable, MalformedEvent
 from receiver.events import parse_event
+from receiver.filelock import WritersLock
 from receiver.heartbeat import Beater
+from receiver.inbox import WRITERS_LOCK_SUFFIX
 from receiver.models import EventStatus, InboxEvent
 from receiver.queue import Claimed
 from receiver.registry import Registry
@@ -37,6 +40,19 @@ log = logging.getLogger("receiver.worker")
 
 #: Longer than SQLite's longest busy-handler sleep (100 ms).
 SQLITE_LONG_PAUSE = 0.11
+#: SQLite: how long one of the worker's transactions should hold the write lock; the events
+#: of a batch are committed in turns of as many as fit (see :meth:`Worker._dispatch_in_turns`).
+SQLITE_TURN_SECONDS = 0.02
+#: SQLite: the worker leaves the lock free this long after each turn: more than the writers'
+#: lock's polling interval, so a web process waiting on it gets in.
+SQLITE_GAP_SECONDS = 0.001
+#: SQLite: after holding the lock for this long in all (turns and short gaps), one gap of
+#: :data:`SQLITE_LONG_PAUSE`, for writers that wait in SQLite's busy handler (the reconciler,
+#: operators' commands) rather than on the writers' lock.
+SQLITE_LONG_PAUSE_EVERY = 2.0
+#: The first pause when the queue is found empty; each empty poll doubles it, up to
+#: ``poll_interval``: under steady load the worker is back within milliseconds.
+FIRST_IDLE_PAUSE = 0.01
 
 
 def worker_name() -> str:
@@ -71,6 +87,12 @@ class Worker:
         self.processed = 0
         #: Write a heartbeat row while :meth:`run` runs (``hookledger status``, readiness).
         self.heartbeat = True
+        #: SQLite file: the web processes' writers' lock, which the worker's transactions
+        #: take too (see :meth:`_dispatch_in_turns`).
+        self._writers = writers_lock(store)
+        #: SQLite: events per transaction, adapted to :data:`SQLITE_TURN_SECONDS`.
+        self._turn = 1
+        self._held_since_long_pause = 0.0
 
     def __repr__(self) -> str:
         return f"Worker(name={self.name!r})"
@@ -88,6 +110,7 @@ class Worker:
         log.info("worker started", extra={"action": "worker_start", "worker": self.name})
         beater = Beater(self.store.engine, self.name) if self.heartbeat else None
         pause = self.config.poll_interval
+        idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
         while not self.stopping.is_set():
             if beater is not None:
                 beater.beat(self.processed, monotonic=time.monotonic())
@@ -105,10 +128,12 @@ class Worker:
                 continue
             pause = self.config.poll_interval
             if worked:
+                idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
                 continue
             if burst:
                 break
-            self.stopping.wait(self.config.poll_interval)
+            self.stopping.wait(idle)
+            idle = min(idle * 2, self.config.poll_interval)
         if beater is not None:
             beater.stop()
         log.info(
@@ -129,9 +154,12 @@ class Worker:
 
     def run_once(self) -> int:
         """Claim a batch of due events and process them; return how many were processed."""
-        batch = self.store.claim_batch(
-            self.name, self.config.lease_seconds, limit=self.config.batch_size
-        )
+        if self.store.single_writer and not self.store.any_due():
+            return 0  # found without taking the write lock
+        with self._writing():
+            batch = self.store.claim_batch(
+                self.name, self.config.lease_seconds, limit=self.config.batch_size
+            )
         if not batch:
             return 0
         if self.stopping.is_set():
@@ -145,7 +173,9 @@ class Worker:
             works = [
                 work for claimed in batch if (work := self._work(claimed, timings)) is not None
             ]
-            if self.store.single_writer:
+            if self.store.single_writer and self._writers is not None:
+                outcomes = self._dispatch_in_turns(works)
+            elif self.store.single_writer:
                 outcomes = self._dispatch_yielding(works)
             else:
                 outcomes = self.store.dispatch_many(works)
@@ -154,6 +184,45 @@ class Worker:
         self._report(works, outcomes, timings)
         self.processed += len(batch)
         return len(batch)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """SQLite file: hold the writers' lock for the block (the web processes queue on it
+        rather than in SQLite's busy handler, which sleeps up to 100 ms between tries)."""
+        if self._writers is None:
+            yield
+            return
+        with self._writers.hold(self.store.busy_timeout):
+            yield
+
+    def _dispatch_in_turns(self, works: list[Work]) -> list[Outcome]:
+        """SQLite file: commit the batch in turns, each one transaction of as many events as
+        fit in about :data:`SQLITE_TURN_SECONDS` (one event at first; twice as many after a
+        quicker turn, half as many after one over twice that), each under the writers' lock the web
+        processes queue on, with a gap after each so that a waiting web process gets in
+        within a turn. A turn is one fsync for all its events, where one transaction per
+        event made the worker wait on the disk once per event."""
+        outcomes: list[Outcome] = []
+        done = 0
+        while done < len(works):
+            turn = works[done : done + self._turn]
+            started = time.monotonic()
+            with self._writing():
+                outcomes.extend(self.store.dispatch_many(turn))
+            held = time.monotonic() - started
+            done += len(turn)
+            # A turn's time is mostly its commit (an fsync) until its handlers take longer.
+            if held < SQLITE_TURN_SECONDS:
+                self._turn = min(self._turn * 2, max(1, self.config.batch_size))
+            elif held > 2 * SQLITE_TURN_SECONDS:
+                self._turn = max(1, self._turn // 2)
+            self._held_since_long_pause += held + SQLITE_GAP_SECONDS
+            if self._held_since_long_pause >= SQLITE_LONG_PAUSE_EVERY:
+                self._held_since_long_pause = 0.0
+                self.stopping.wait(SQLITE_LONG_PAUSE)
+            else:
+                self.stopping.wait(SQLITE_GAP_SECONDS)
+        return outcomes
 
     def _dispatch_yielding(self, works: list[Work]) -> list[Outcome]:
         """SQLite has one writer at a time, and a writer waiting for the lock (a webhook being
@@ -336,6 +405,17 @@ class Worker:
                 return {int(r.id): r.last_error or "" for r in rows}
         except SQLAlchemyError:  # only the reasons are missing from the logs
             return {}
+
+
+def writers_lock(store: Store) -> WritersLock | None:
+    """The writers' lock of a SQLite database file (the one its web processes queue on, see
+    :mod:`receiver.filelock`); ``None`` on PostgreSQL or an in-memory database."""
+    if not store.single_writer:
+        return None
+    database = store.engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return WritersLock(database + WRITERS_LOCK_SUFFIX)
 
 
 #: Outcomes the guard decided (the event was recorded, not dispatched).

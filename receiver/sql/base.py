@@ -9,7 +9,7 @@ in the same order, so the two versions of one statement can be read side by side
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -103,6 +103,19 @@ class Statements(ABC):
     # -- queue ----------------------------------------------------------------------------
 
     @abstractmethod
+    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+        """The query of up to ``scan`` due events (``due``, at ``now``): ``id, object_key``
+        by ``next_attempt_at, id``, read through the index over open events in that order
+        (it stops after ``scan`` rows, whatever the backlog)."""
+
+    @property
+    @abstractmethod
+    def open_of_objects(self) -> Any:
+        """The "open event" condition for reads of given objects' events (``object_key IN
+        ...``): written so that the object index serves them, never an index over every
+        open event (whose size is the backlog's)."""
+
+    @abstractmethod
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         """``query`` locking the rows it reads, skipping rows other claimers have locked."""
 
@@ -118,6 +131,25 @@ class Statements(ABC):
         ``expires``, in one conditional upsert; return the keys leased."""
 
     # -- dispatch -------------------------------------------------------------------------
+    #
+    # The guard's reads are lookups by key, one probe of a unique index per key: their cost
+    # is the batch's, never the history's, whatever the planner's statistics.
+
+    @abstractmethod
+    def transition_owners(
+        self, conn: Connection, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], int]:
+        """The owning event of each of the transitions ``keys`` (kind, id, state) that
+        exists."""
+
+    @abstractmethod
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
+        """The projections of ``objects`` (kind, id) that exist: rows of ``object_kind,
+        object_id, status, stage, event_time, event_pk``."""
+
+    @abstractmethod
+    def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:
+        """The handlers that already succeeded for each of ``event_pks`` (the ledger)."""
 
     @abstractmethod
     def write_outcomes(self, conn: Connection, outcomes: Outcomes, now: datetime) -> bool:

@@ -12,7 +12,7 @@ circle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -20,7 +20,7 @@ from sqlalchemy import Connection, CursorResult, Select, Table, any_, bindparam,
 from sqlalchemy.dialects import postgresql
 
 from receiver.sql.base import DeliveriesWritten, Outcomes, Statements, Stored
-from receiver.sql.tables import EVENT, EVENT_COLUMNS, OUTCOME_COLUMNS
+from receiver.sql.tables import EVENT, EVENT_COLUMNS, OPEN_SQL, OUTCOME_COLUMNS
 
 INSERT_EVENTS = text(
     f"INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) SELECT * FROM unnest("
@@ -76,6 +76,30 @@ TAKE_LEASES = text(
     "SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
     "WHERE hookledger_object_lease.expires_at < :now "
     "RETURNING object_key"
+)
+
+#: The guard's reads: one probe of a unique index per key (``LATERAL ... LIMIT 1`` keeps the
+#: planner from joining, or matching each column against a set of values, which reads the
+#: whole table once it judges the set large, or the table small: a worker's connection
+#: keeps the generic plan it made while the ledger was small, and reuses it for good).
+TRANSITION_OWNERS = text(
+    "SELECT k.kind, k.id, k.state, t.event_pk FROM unnest(CAST(:kinds AS text[]),"
+    " CAST(:ids AS text[]), CAST(:states AS text[])) AS k(kind, id, state)"
+    " CROSS JOIN LATERAL (SELECT t.event_pk FROM hookledger_transition AS t"
+    " WHERE t.object_kind = k.kind AND t.object_id = k.id AND t.state = k.state LIMIT 1) AS t"
+)
+PROJECTIONS = text(
+    "SELECT k.kind, k.id, p.status, p.stage, p.event_time, p.event_pk"
+    " FROM unnest(CAST(:kinds AS text[]), CAST(:ids AS text[])) AS k(kind, id)"
+    " CROSS JOIN LATERAL (SELECT p.status, p.stage, p.event_time, p.event_pk"
+    " FROM hookledger_projection AS p WHERE p.object_kind = k.kind AND p.object_id = k.id"
+    " LIMIT 1) AS p"
+)
+#: ``OFFSET 0``: an event has several ledger rows; the subquery stays a probe per event.
+SUCCEEDED_HANDLERS = text(
+    "SELECT k.pk, r.handler FROM unnest(CAST(:pks AS bigint[])) AS k(pk)"
+    " CROSS JOIN LATERAL (SELECT r.handler FROM hookledger_handler_run AS r"
+    " WHERE r.event_pk = k.pk AND r.status = 'succeeded' OFFSET 0) AS r"
 )
 
 #: One statement writes a dispatched batch's outcomes (transitions, projections, ledger rows,
@@ -229,6 +253,18 @@ class PostgreSQLStatements(Statements):
 
     # -- queue ----------------------------------------------------------------------------
 
+    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+        return self.skip_locked(
+            select(EVENT.c.id, EVENT.c.object_key)
+            .where(due)
+            .order_by(EVENT.c.next_attempt_at, EVENT.c.id)
+            .limit(scan)
+        )
+
+    @property
+    def open_of_objects(self) -> Any:
+        return OPEN_SQL
+
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         return query.with_for_update(skip_locked=True)
 
@@ -245,6 +281,28 @@ class PostgreSQLStatements(Statements):
         return {row[0] for row in conn.execute(TAKE_LEASES, params)}
 
     # -- dispatch -------------------------------------------------------------------------
+
+    def transition_owners(
+        self, conn: Connection, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], int]:
+        if not keys:
+            return {}
+        kinds, ids, states = (list(column) for column in zip(*keys, strict=True))
+        params = {"kinds": kinds, "ids": ids, "states": states}
+        return {(r[0], r[1], r[2]): int(r[3]) for r in conn.execute(TRANSITION_OWNERS, params)}
+
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
+        if not objects:
+            return []
+        kinds, ids = (list(column) for column in zip(*objects, strict=True))
+        return list(conn.execute(PROJECTIONS, {"kinds": kinds, "ids": ids}))
+
+    def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:
+        done: dict[int, set[str]] = {}
+        if event_pks:
+            for pk, handler in conn.execute(SUCCEEDED_HANDLERS, {"pks": list(event_pks)}):
+                done.setdefault(int(pk), set()).add(handler)
+        return done
 
     def write_outcomes(self, conn: Connection, outcomes: Outcomes, now: datetime) -> bool:
         params: dict[str, Any] = outcome_arrays(outcomes)

@@ -7,7 +7,7 @@ one transaction, are atomic without row locks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -20,6 +20,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    select,
 )
 from sqlalchemy import text as sql_text
 from sqlalchemy import update as sql_update
@@ -82,6 +83,21 @@ def _upsert_ledger() -> Any:
     )
 
 
+#: ``INDEXED BY``: without statistics SQLite would rather read every due event through the
+#: (status, next_attempt_at) index and sort them all, at each claim: a cost of the backlog.
+DUE_CANDIDATES = sql_text(
+    "SELECT id, object_key FROM hookledger_event INDEXED BY ix_hookledger_event_open_due"
+    " WHERE status IN ('pending', 'processing') AND next_attempt_at <= :now"
+    " AND (lease_expires_at IS NULL OR lease_expires_at < :now)"
+    " ORDER BY next_attempt_at, id LIMIT :scan"
+).bindparams(bindparam("now", type_=EVENT.c.next_attempt_at.type))
+
+#: ``+status``: SQLite then uses no index for this term, so it seeks the object index for
+#: the keys; with a plain ``status IN`` it would rather read every open event (the backlog)
+#: through the status index and sort them, at each claim.
+OPEN_OF_OBJECTS = sql_text("+hookledger_event.status IN ('pending', 'processing')")
+
+
 def waiting_sql(count: int) -> str:
     """:meth:`SQLiteStatements.waiting_objects` for ``count`` keys (``:k0``, ``:k1``...).
     ``INDEXED BY``: SQLite's planner would rather filter every open event by status."""
@@ -137,6 +153,13 @@ class SQLiteStatements(Statements):
 
     # -- queue ----------------------------------------------------------------------------
 
+    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+        return DUE_CANDIDATES.bindparams(now=now, scan=scan)
+
+    @property
+    def open_of_objects(self) -> Any:
+        return OPEN_OF_OBJECTS
+
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         return query  # the transaction holds the database's one write lock
 
@@ -158,6 +181,58 @@ class SQLiteStatements(Statements):
         return {row[0] for row in rows}
 
     # -- dispatch -------------------------------------------------------------------------
+    #
+    # Each column is matched against the set of its values (SQLite probes the primary key's
+    # index for each combination); the rows are then narrowed to the exact tuples here.
+
+    def transition_owners(
+        self, conn: Connection, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], int]:
+        if not keys:
+            return {}
+        rows = conn.execute(
+            select(
+                TRANSITION.c.object_kind,
+                TRANSITION.c.object_id,
+                TRANSITION.c.state,
+                TRANSITION.c.event_pk,
+            ).where(
+                self.among(TRANSITION.c.object_kind, {k for k, _, _ in keys}),
+                self.among(TRANSITION.c.object_id, {i for _, i, _ in keys}),
+                self.among(TRANSITION.c.state, {t for _, _, t in keys}),
+            )
+        )
+        return {(r[0], r[1], r[2]): int(r[3]) for r in rows if (r[0], r[1], r[2]) in keys}
+
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
+        if not objects:
+            return []
+        rows = conn.execute(
+            select(
+                PROJECTION.c.object_kind,
+                PROJECTION.c.object_id,
+                PROJECTION.c.status,
+                PROJECTION.c.stage,
+                PROJECTION.c.event_time,
+                PROJECTION.c.event_pk,
+            ).where(
+                self.among(PROJECTION.c.object_kind, {k for k, _ in objects}),
+                self.among(PROJECTION.c.object_id, {i for _, i in objects}),
+            )
+        )
+        return [r for r in rows if (r[0], r[1]) in objects]
+
+    def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:
+        done: dict[int, set[str]] = {}
+        if event_pks:
+            for pk, handler in conn.execute(
+                select(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler).where(
+                    self.among(HANDLER_RUN.c.event_pk, event_pks),
+                    HANDLER_RUN.c.status == "succeeded",
+                )
+            ):
+                done.setdefault(int(pk), set()).add(handler)
+        return done
 
     def write_outcomes(self, conn: Connection, outcomes: Outcomes, now: datetime) -> bool:
         # The caller's transaction began with BEGIN IMMEDIATE: nothing changes between the

@@ -1,0 +1,134 @@
+"""The worker on a SQLite file: its transactions take the web processes' writers' lock, a
+batch is committed in turns, and an idle worker finds an empty queue without writing."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from receiver.events import parse_event
+from receiver.factories import build_event, encode
+from receiver.filelock import WritersLock
+from receiver.registry import Registry
+from receiver.store import WRITERS_LOCK_SUFFIX, Store
+from receiver.worker import Worker, WorkerConfig, writers_lock
+from tests.conftest import backend
+
+pytestmark = [
+    pytest.mark.storage,
+    pytest.mark.skipif(backend() != "sqlite", reason="SQLite's writers' lock"),
+]
+
+
+def _insert(store: Store, n: int, *, at: datetime | None = None) -> None:
+    for i in range(n):
+        body = encode(
+            build_event(
+                "payment_succeeded", object_id=f"pay_{i}", timestamp=at or datetime.now(UTC)
+            )
+        )
+        store.insert(parse_event(body), body)
+
+
+def _worker(store: Store, seen: list[str]) -> Worker:
+    registry = Registry()
+    registry.on_any(name="record")(lambda event: seen.append(event.event_id))
+    return Worker(store, registry, WorkerConfig(batch_size=16))
+
+
+def test_worker_uses_the_web_processes_lock_file(store: Store) -> None:
+    lock = writers_lock(store)
+    assert lock is not None
+    assert lock.path == f"{store.engine.url.database}{WRITERS_LOCK_SUFFIX}"
+
+
+def test_a_batch_is_committed_in_turns_under_the_writers_lock(store: Store) -> None:
+    seen: list[str] = []
+    worker = _worker(store, seen)
+    _insert(store, 40)
+    assert worker.drain() == 40
+    assert len(seen) == 40
+    assert store.counts().get("done") == 40
+
+
+def test_a_turn_waits_for_a_writer_holding_the_lock(store: Store) -> None:
+    """The worker queues on the writers' lock, as the web processes do: while another
+    process's writer holds it, nothing of the worker commits."""
+    seen: list[str] = []
+    worker = _worker(store, seen)
+    _insert(store, 3)
+    other = WritersLock(f"{store.engine.url.database}{WRITERS_LOCK_SUFFIX}")
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with other.hold(5.0):
+            held.set()
+            release.wait(5.0)
+
+    # A lock taken by another thread of this process excludes as another process would: its
+    # own open file (flock is per open file).
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5.0)
+    done = threading.Thread(target=worker.drain)
+    done.start()
+    done.join(0.3)
+    assert done.is_alive() and seen == []
+    release.set()
+    holder.join(5.0)
+    done.join(10.0)
+    assert not done.is_alive()
+    assert len(seen) == 3
+
+
+def test_an_idle_worker_does_not_claim(store: Store) -> None:
+    seen: list[str] = []
+    worker = _worker(store, seen)
+    assert store.any_due() is False
+    assert worker.run_once() == 0
+    _insert(store, 1, at=datetime.now(UTC) - timedelta(minutes=1))
+    assert store.any_due() is True
+    assert worker.run_once() == 1 and len(seen) == 1
+    assert store.any_due() is False
+
+
+def test_lock_file_is_beside_the_database(store: Store, tmp_path: Path) -> None:
+    database = Path(store.engine.url.database or "")
+    seen: list[str] = []
+    _insert(store, 1)
+    _worker(store, seen).drain()
+    assert Path(f"{database}{WRITERS_LOCK_SUFFIX}").exists()
+
+
+def test_claim_reads_do_not_read_the_backlog(store: Store) -> None:
+    """A claim's reads seek the open-events index in order and the object index: never a
+    read of every open event and a sort of them (a cost of the backlog). No statistics."""
+    from sqlalchemy import event as sa_event
+
+    seen: list[str] = []
+    worker = _worker(store, seen)
+    _insert(store, 200, at=datetime.now(UTC) - timedelta(minutes=1))
+    selects: list[tuple[str, object]] = []
+
+    def capture(conn: object, cursor: object, statement: str, params: object, *_: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "hookledger_event" in statement:
+            selects.append((statement, params))
+
+    sa_event.listen(store.engine, "before_cursor_execute", capture)
+    try:
+        assert worker.run_once() > 0
+    finally:
+        sa_event.remove(store.engine, "before_cursor_execute", capture)
+    assert selects
+    with store.engine.connect() as conn:
+        for statement, params in selects:
+            plan = " | ".join(
+                str(row[-1])
+                for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params)  # type: ignore[arg-type]
+            )
+            assert "TEMP B-TREE" not in plan, (statement, plan)  # a sort of what it read
+            assert "SCAN hookledger_event" not in plan, (statement, plan)
