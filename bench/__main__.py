@@ -78,7 +78,7 @@ def configs(
         rounds=args.rounds or (2 if quick else 5),
         duration=2.0 if quick else 8.0,
         warmup=1.0 if quick else 2.0,
-        rate_rounds=1 if quick else 2,
+        rate_rounds=1 if quick else 5,
         rate_duration=2.0 if quick else 8.0,
         ping_seconds=1.0 if quick else 3.0,
         gunicorn=GunicornConfig(workers=2, worker_class="gthread", threads=4),
@@ -107,8 +107,12 @@ def configs(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    if shutil.which("wrk") is None and (not args.only or "receive" in args.only):
-        print("bench: wrk is required for the receive bench (apt-get install wrk)", file=sys.stderr)
+    needs_wrk = not args.only or "receive" in args.only or "endtoend" in args.only
+    if shutil.which("wrk") is None and needs_wrk:
+        print(
+            "bench: wrk is required for the receive and endtoend benches (apt-get install wrk)",
+            file=sys.stderr,
+        )
         return 2
     receive_cfg, dispatch_cfg, reconcile_cfg = configs(args)
     chosen = [b for b in BENCHES if not args.only or b in args.only]

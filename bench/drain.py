@@ -219,7 +219,8 @@ def run(cfg: DrainConfig, section: Section, workdir: Path) -> None:
         section.rows.append(
             Row(
                 bench="dispatch",
-                case=f"{label[backend]}, {cfg.events:,}-event drain, fresh database, 1 worker",
+                case=f"{label[backend]}, {cfg.events:,}-event drain, fresh database, 1 worker, "
+                f"worst {cfg.slice_events // 1000}k slice vs mean",
                 metric=f"worst {cfg.slice_events // 1000}k slice vs mean",
                 hookledger=flat.worst * 100,
                 yardstick=None,
@@ -250,7 +251,8 @@ def run(cfg: DrainConfig, section: Section, workdir: Path) -> None:
         section.rows.append(
             Row(
                 bench="dispatch",
-                case=f"{label[backend]}, steady {cfg.steady_rate:.0f}/s stored, 1 worker",
+                case=f"{label[backend]}, steady {cfg.steady_rate:.0f}/s stored, 1 worker, "
+                "receipt-to-done p99",
                 metric="receipt to done p99 (ms)",
                 hookledger=steady.p99_ms,
                 yardstick=None,

@@ -18,6 +18,8 @@ def _value(row: Row, value: float | None) -> str:
         return f"{fmt(value)} ms"
     if row.unit == "MB":
         return f"{value:.0f} MB"
+    if row.unit == "%":
+        return f"{value:.1f} %"
     return f"{fmt(value, 0)}/s"
 
 
