@@ -369,12 +369,7 @@ class Inbox:
         pk = self._sql.inserted_pk(conn.execute(self._sql.insert_event, values))
         if pk is not None:
             return Inserted(result="inserted", pk=pk)
-        row = conn.execute(
-            select(EVENT.c.id, EVENT.c.body_sha256, EVENT.c.key_id).where(
-                EVENT.c.event_id == values["event_id"]
-            )
-        ).one()
-        stored = Stored(int(row.id), row.body_sha256, row.key_id)
+        stored = self._stored(conn, [values["event_id"]])[values["event_id"]]
         result = self._judge(values, stored)
         if result == "conflict":
             conn.execute(self._insert_conflict, conflict_row(values))
