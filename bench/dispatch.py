@@ -464,13 +464,9 @@ def _profile(cfg: DispatchConfig, bench: _Dispatch, section: Section, rate: floa
     n = int(max(cfg.min_events, rate * (cfg.profile_seconds + 2)))
     bench.hookledger(_events(n, 1), 1, spy=out)
     section.profiles.append(
-        profiling.summarize(
+        profiling.summarize_worker(
             out,
             title="dispatch, PostgreSQL: one `hookledger worker`, distinct payments",
-            focus=("receiver/", "bench/"),
-            within="Worker.run",
-            exclude=("_Heartbeat", "heartbeat"),
-            idle=True,
         )
     )
     out.unlink(missing_ok=True)

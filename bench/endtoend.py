@@ -330,13 +330,9 @@ def _profile(cfg: EndToEndConfig, bench: _EndToEnd, section: Section) -> None:
     log(f"  profiling the hookledger worker for {cfg.profile_seconds:g} s (py-spy)")
     bench.hookledger(99, spy=out)
     section.profiles.append(
-        profiling.summarize(
+        profiling.summarize_worker(
             out,
             title="end to end, SQLite: the `hookledger worker` while events arrive",
-            focus=("receiver/", "bench/"),
-            within="Worker.run",
-            exclude=("_Heartbeat", "heartbeat"),
-            idle=True,
         )
     )
     out.unlink(missing_ok=True)

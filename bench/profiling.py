@@ -150,3 +150,16 @@ def wrap(args: Sequence[str], out: Path, *, idle: bool = False) -> list[str]:
         raise RuntimeError("py-spy is not installed (.venv/bin/pip install py-spy)")
     flags = ["--idle"] if idle else []
     return [exe, "record", "-r", "200", *flags, "-f", "raw", "-o", str(out), "--", *args]
+
+
+def summarize_worker(path: Path, *, title: str) -> str:
+    """:func:`summarize` of a py-spy record of a ``hookledger worker``: stacks inside
+    ``Worker.run``, its heartbeat thread left out, idle frames kept."""
+    return summarize(
+        path,
+        title=title,
+        focus=("receiver/", "bench/"),
+        within="Worker.run",
+        exclude=("_Heartbeat", "heartbeat"),
+        idle=True,
+    )
