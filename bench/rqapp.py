@@ -8,14 +8,12 @@ bench (:mod:`bench.endtoend`) runs ``rq worker --worker-class rq.SimpleWorker`` 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 
-from flask import Flask, Response, request
+from flask import Flask, Response
 
-from bench.yardstick import SIGNATURE_HEADER, _ping
+from bench.yardstick import _ping, first_secret, verified_delivery
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -34,8 +32,7 @@ def create_app() -> Flask:
     from redis import Redis
     from rq import Queue
 
-    spec = os.environ["HOOKLEDGER_SECRETS"].split(",")[0]
-    secret = spec.partition(":")[2].encode("utf-8")
+    secret = first_secret()
     queue = Queue(
         os.environ["HLBENCH_RQ_QUEUE"],
         connection=Redis.from_url(os.environ.get("HLBENCH_REDIS_URL", REDIS_URL)),
@@ -44,15 +41,7 @@ def create_app() -> Flask:
 
     @app.post("/webhooks/")
     def receive() -> tuple[Response, int] | Response:
-        body = request.get_data(cache=False)
-        given = (request.headers.get(SIGNATURE_HEADER) or "").lower().encode("ascii", "replace")
-        expected = hmac.new(secret, body, hashlib.sha512).hexdigest().encode("ascii")
-        if not hmac.compare_digest(expected, given):
-            return Response(b'{"error":"signature"}', mimetype="application/json"), 401
-        try:
-            event_id = json.loads(body)["event_id"]
-        except (ValueError, KeyError, TypeError):
-            return Response(b'{"error":"body"}', mimetype="application/json"), 400
+        body, event_id = verified_delivery(secret)
         queue.enqueue(handle, body, job_id=f"{queue.name}-{event_id}")
         return Response(b'{"status":"ok"}', mimetype="application/json")
 

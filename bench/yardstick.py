@@ -30,7 +30,7 @@ import threading
 from typing import Any
 
 import sqlalchemy as sa
-from flask import Flask, Response, request
+from flask import Flask, Response, abort, request
 
 from receiver import Event, WebhookReceiver
 
@@ -140,25 +140,38 @@ class RawInserter:
                 raise
 
 
+def first_secret() -> bytes:
+    """The first webhook secret of ``HOOKLEDGER_SECRETS`` (``id:secret,...``)."""
+    spec = os.environ["HOOKLEDGER_SECRETS"].split(",")[0]
+    return spec.partition(":")[2].encode("utf-8")
+
+
+def verified_delivery(secret: bytes) -> tuple[bytes, str]:
+    """The request's raw body and its ``event_id``, the least a receiver must check: the
+    HMAC-SHA512 signature over the raw bytes (else 401) and a JSON body with an
+    ``event_id`` (else 400); either error ends the request (``abort``)."""
+    body = request.get_data(cache=False)
+    given = (request.headers.get(SIGNATURE_HEADER) or "").lower().encode("ascii", "replace")
+    expected = hmac.new(secret, body, hashlib.sha512).hexdigest().encode("ascii")
+    if not hmac.compare_digest(expected, given):
+        abort(Response(b'{"error":"signature"}', status=401, mimetype="application/json"))
+    try:
+        event_id = json.loads(body)["event_id"]
+    except (ValueError, KeyError, TypeError):
+        abort(Response(b'{"error":"body"}', status=400, mimetype="application/json"))
+    return body, event_id
+
+
 def create_app() -> Flask:
     """The yardstick app."""
     url = os.environ["HOOKLEDGER_DATABASE_URL"]
-    spec = os.environ["HOOKLEDGER_SECRETS"].split(",")[0]
-    secret = spec.partition(":")[2].encode("utf-8")
+    secret = first_secret()
     inserter = RawInserter(url)
     app = Flask("bench_yardstick")
 
     @app.post("/webhooks/")
     def receive() -> tuple[Response, int] | Response:
-        body = request.get_data(cache=False)
-        given = (request.headers.get(SIGNATURE_HEADER) or "").lower().encode("ascii", "replace")
-        expected = hmac.new(secret, body, hashlib.sha512).hexdigest().encode("ascii")
-        if not hmac.compare_digest(expected, given):
-            return Response(b'{"error":"signature"}', mimetype="application/json"), 401
-        try:
-            event_id = json.loads(body)["event_id"]
-        except (ValueError, KeyError, TypeError):
-            return Response(b'{"error":"body"}', mimetype="application/json"), 400
+        body, event_id = verified_delivery(secret)
         try:
             inserter.insert(event_id, body)
         except Exception:  # noqa: BLE001 - not stored: the sender retries
