@@ -18,7 +18,6 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import wraps
 from typing import Any, TypeVar
 
 import click
@@ -33,6 +32,7 @@ from receiver.cliutil import (
     add_log_options,
     describe_error,
     long_running,
+    read_only,
     run_main,
 )
 from receiver.datacli import register as register_data_commands
@@ -41,7 +41,7 @@ from receiver.events import parse_event
 from receiver.models import EventStatus, InboxEvent, Source
 from receiver.operations import EventFilter
 from receiver.redact import mask_body, mask_headers
-from receiver.settings import DOCUMENTED, PREFIX, SECRETS_OPTIONAL
+from receiver.settings import DOCUMENTED, PREFIX
 from receiver.state import ReceiverState, receiver_state
 
 ENV_HELP = "Settings (app.config or environment): " + "; ".join(
@@ -63,21 +63,6 @@ def _state() -> ReceiverState:
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
     click.echo(f"hookledger: {message}", err=True)
     sys.exit(code)
-
-
-def read_only(func: F) -> F:
-    """Decorate a command (outside ``with_appcontext``) that never verifies a signature: the
-    app is loaded without requiring HOOKLEDGER_SECRETS."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        token = SECRETS_OPTIONAL.set(True)
-        try:
-            return func(*args, **kwargs)
-        finally:
-            SECRETS_OPTIONAL.reset(token)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _engine(*, schema: bool = True) -> Any:

@@ -4,18 +4,25 @@
   documented exit code, never a traceback (:func:`run_main`, :func:`describe_error`).
 - ``--log-level`` and ``--log-format`` on every command (:func:`add_log_options`), also read
   from ``HOOKLEDGER_LOG_LEVEL`` / ``HOOKLEDGER_LOG_FORMAT``.
+- Commands that never verify a signature load the app without ``HOOKLEDGER_SECRETS``
+  (:func:`read_only`).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Final, NoReturn
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
 
 from receiver.errors import ConfigurationError, HookledgerError, StorageUnavailable
 from receiver.logs import FORMATS, LEVELS, configure_logging
+from receiver.settings import SECRETS_OPTIONAL
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit codes shared by both programs (``reconcile`` has more: see its ``--help``).
 EXIT_OK: Final = 0
@@ -210,3 +217,18 @@ __all__ = [
     "run_main",
     "walk",
 ]
+
+
+def read_only(func: F) -> F:
+    """Decorate a command (outside ``with_appcontext``) that never verifies a signature: the
+    app is loaded without requiring HOOKLEDGER_SECRETS."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        token = SECRETS_OPTIONAL.set(True)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            SECRETS_OPTIONAL.reset(token)
+
+    return wrapper  # type: ignore[return-value]

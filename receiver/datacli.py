@@ -18,7 +18,6 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from functools import wraps
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -28,10 +27,9 @@ from sqlalchemy.exc import DBAPIError
 
 from receiver import db
 from receiver.atrest import RetentionPolicy
-from receiver.cliutil import describe_error
+from receiver.cliutil import describe_error, read_only
 from receiver.crypto import KEY_ID, generate_key
 from receiver.errors import HookledgerError
-from receiver.settings import SECRETS_OPTIONAL
 from receiver.state import ReceiverState, receiver_state
 from receiver.store import Store
 
@@ -59,21 +57,6 @@ def _store() -> Store:
         message, code = describe_error(exc)
         _fail(message, code)
     return store
-
-
-def without_secrets(func: F) -> F:
-    """Decorate a command (outside ``with_appcontext``) that never verifies a signature: the
-    app is loaded without requiring HOOKLEDGER_SECRETS (as ``receiver.cli.read_only``)."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        token = SECRETS_OPTIONAL.set(True)
-        try:
-            return func(*args, **kwargs)
-        finally:
-            SECRETS_OPTIONAL.reset(token)
-
-    return wrapper  # type: ignore[return-value]
 
 
 # -- keys ---------------------------------------------------------------------------------
@@ -107,7 +90,7 @@ def keys_new(key_id: str | None) -> None:
 
 @keys_group.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@without_secrets
+@read_only
 @with_appcontext
 def keys_status(as_json: bool) -> None:
     """Rows by data key, and what `rotate-keys` has left to do."""
@@ -149,7 +132,7 @@ def keys_status(as_json: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Only count what would be sealed again.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@without_secrets
+@read_only
 @with_appcontext
 def rotate_keys_cmd(batch_size: int, dry_run: bool, as_json: bool) -> None:
     """Seal again, with the primary data key, everything sealed with another key or stored
@@ -236,7 +219,7 @@ def _policy(**overrides: float | None) -> RetentionPolicy:
 @click.option("--keep-dead", is_flag=True, help="Never delete dead letters this time.")
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@without_secrets
+@read_only
 @with_appcontext
 def prune_cmd(
     done_days: float | None,
@@ -281,7 +264,7 @@ def prune_cmd(
 )
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@without_secrets
+@read_only
 @with_appcontext
 def redact_cmd(older_than_days: float | None, dry_run: bool, as_json: bool) -> None:
     """Drop the bodies, headers and error texts of finished events and conflict records (and
@@ -309,7 +292,7 @@ def redact_cmd(older_than_days: float | None, dry_run: bool, as_json: bool) -> N
 @click.command("retention")
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@without_secrets
+@read_only
 @with_appcontext
 def retention_cmd(dry_run: bool, as_json: bool) -> None:
     """Prune, then redact, as HOOKLEDGER_RETENTION_DAYS says (what the scheduler process
@@ -332,7 +315,7 @@ def retention_cmd(dry_run: bool, as_json: bool) -> None:
 @click.option("--reason", "reasons", multiple=True, help="Only this reason (repeatable).")
 @click.option("--limit", type=int, default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@without_secrets
+@read_only
 @with_appcontext
 def rejections_cmd(
     since: datetime | None, reasons: tuple[str, ...], limit: int, as_json: bool
