@@ -1,8 +1,8 @@
 """Signed webhook bodies for the load generators: realistic, unique, fast to make.
 
 One realistic Hyperswitch body is built with the package's own test kit
-(:func:`receiver.factories.build_event` + :func:`~receiver.factories.encode`) and used as a
-template: each body gets a unique ``event_id`` and ``payment_id`` by byte substitution of
+(:func:`receiver.testing.factories.build_event` + :func:`~receiver.testing.factories.encode`) and
+used as a template: each body gets a unique ``event_id`` and ``payment_id`` by byte substitution of
 fixed-length placeholders, then its own HMAC-SHA512 signature.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from receiver.factories import build_event, encode
+from receiver.testing.factories import build_event, encode
 
 SECRET_ID = "primary"
 SECRET = "whsec_bench_0123456789abcdef"

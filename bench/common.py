@@ -203,7 +203,7 @@ class Database:
     pg_name: str | None = None
 
     def engine(self, **kwargs: Any) -> sa.Engine:
-        from receiver import db
+        import receiver.storage.database as db
 
         return db.make_engine(self.url, **kwargs)
 
@@ -274,9 +274,9 @@ def database(backend: Backend, workdir: Path, name: str = "bench") -> Iterator[D
 
 def migrate(db: Database) -> None:
     """hookledger's and the reconciler's migrations, and the yardstick's table."""
+    import receiver.storage.database as hdb
     from bench.yardstick import create_yardstick_table, make_yardstick_engine
-    from receiver import db as hdb
-    from reconcile.store import RECONCILE_MIGRATIONS
+    from reconcile.storage.store import RECONCILE_MIGRATIONS
 
     engine = db.engine()
     try:

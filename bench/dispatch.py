@@ -85,12 +85,12 @@ def _events(n: int, per_object: int) -> list[ChainEvent]:
 
 def _template_row(engine: sa.Engine) -> dict[str, Any]:
     """One row written by the package's own ``Store.insert``: the columns to copy."""
-    from receiver.events import parse_event
+    from receiver.core.events import parse_event
     from receiver.store import Store
 
     body = Template().body("evt_" + "0" * 32, "pay_" + "0" * 20)
     Store(engine).insert(parse_event(body), body)
-    from receiver.sql.tables import EVENT
+    from receiver.storage.sql.tables import EVENT
 
     with engine.begin() as conn:
         # Typed values (SQLite hands a text query's times back as strings).
@@ -103,7 +103,7 @@ def _template_row(engine: sa.Engine) -> dict[str, Any]:
 def fill_inbox(engine: sa.Engine, events: list[ChainEvent], *, analyze: bool = True) -> None:
     """Insert ``events`` as pending webhook deliveries in one transaction (bulk, fast); then
     ``ANALYZE`` the inbox unless told not to (a fresh ledger has no statistics)."""
-    from receiver.models import InboxEvent
+    from receiver.storage.tables import InboxEvent
 
     table: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
     template = _template_row(engine)

@@ -119,7 +119,7 @@ def _wait_drained(engine: sa.Engine, timeout: float) -> None:
 
 def _times(engine: sa.Engine) -> list[tuple[float, float]]:
     """(received_at, processed_at) of every done event, as epoch seconds, by processed_at."""
-    from receiver.sql.tables import EVENT
+    from receiver.storage.sql.tables import EVENT
 
     with engine.connect() as conn:
         rows = conn.execute(
@@ -163,7 +163,7 @@ def history_drain(cfg: DrainConfig, backend: Backend, workdir: Path) -> Flatness
 
 
 def steady_state(cfg: DrainConfig, backend: Backend, workdir: Path) -> Steady:
-    from receiver.events import parse_event
+    from receiver.core.events import parse_event
     from receiver.store import Store
 
     template = Template()

@@ -152,10 +152,10 @@ def _status_kb(field: str) -> int:
 def measure(what: str, base_url: str, db_url: str, traced: bool, limit: float | None) -> int:
     """Time one run and print its result as one JSON line. With ``limit``, a watchdog ends the
     process after ``limit`` seconds of run, printing how far it got (``timed_out``)."""
-    from receiver import db
+    import receiver.storage.database as db
     from receiver.store import Store
-    from reconcile.client import ProcessorClient
-    from reconcile.runner import ReconcileOptions, Reconciler
+    from reconcile.client.processor import ProcessorClient
+    from reconcile.runtime.runner import ReconcileOptions, Reconciler
 
     engine = db.make_engine(db_url)
     client = ProcessorClient(base_url, API_KEY)
@@ -233,7 +233,7 @@ def measure(what: str, base_url: str, db_url: str, traced: bool, limit: float | 
 def set_projection(engine: sa.Engine, payments: list[tuple[str, str, str]], *, missed: bool) -> int:
     """One projection row per payment with its remote status (all in sync); with ``missed``
     every 20th row is left out. Returns how many were left out."""
-    from receiver.models import Projection
+    from receiver.storage.tables import Projection
 
     table: sa.Table = Projection.__table__  # type: ignore[attr-defined]
     now = datetime.now(UTC)

@@ -41,7 +41,7 @@ import sqlalchemy as sa
 
 from examples.shop.models import Order, OrderStatus
 from receiver import db as hookledger_db
-from receiver.crypto import generate_key
+from receiver.core.keyring import generate_key
 from receiver.store import Store
 from reconcile.sandbox import SandboxServer
 
@@ -347,7 +347,7 @@ def _run(
     for row in [header, *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)))
     print()
-    from reconcile.report import render
+    from reconcile.core.report import render
 
     print(render(report))
     print()

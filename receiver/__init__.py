@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from receiver.defer import Defer
-from receiver.errors import (
+from receiver.core.defer import Defer
+from receiver.core.errors import (
     ConfigurationError,
     HookledgerError,
     MalformedEvent,
@@ -15,14 +15,12 @@ from receiver.errors import (
     StorageUnavailable,
     UnknownEventType,
 )
-from receiver.events import Event, parse_event
-from receiver.signature import Secret, sign, verify
+from receiver.core.events import Event, parse_event
+from receiver.core.signature import Secret, sign, verify
+from receiver.core.version import __version__
 
 if TYPE_CHECKING:
     from receiver.extension import WebhookReceiver
-
-#: hookledger's version (the distribution's; ``hookledger --version``).
-__version__ = "0.1.0.dev0"
 
 
 def __getattr__(name: str) -> Any:

@@ -1,136 +1,78 @@
-"""One exception root for hookledger.
+"""The public path of hookledger's exception tree: re-exports :mod:`receiver.core.errors`, where
+the code lives (see docs/architecture.md)."""
 
-Every exception hookledger raises derives from :class:`HookledgerError`; the class docstring
-is the default message. The receiver's sub-tree maps to HTTP statuses in one place
-(:mod:`receiver.blueprint`); the reconciler and API client have their own sub-tree in
-:mod:`reconcile.errors`. Messages never contain secrets, API keys or bodies.
-"""
+from receiver.core.errors import (
+    BodyRedacted as BodyRedacted,
+)
+from receiver.core.errors import (
+    ConfigurationError as ConfigurationError,
+)
+from receiver.core.errors import (
+    DataKeyMissing as DataKeyMissing,
+)
+from receiver.core.errors import (
+    DataNotAuthentic as DataNotAuthentic,
+)
+from receiver.core.errors import (
+    DataUnavailable as DataUnavailable,
+)
+from receiver.core.errors import (
+    EventNotFound as EventNotFound,
+)
+from receiver.core.errors import (
+    EventTooOld as EventTooOld,
+)
+from receiver.core.errors import (
+    HookledgerError as HookledgerError,
+)
+from receiver.core.errors import (
+    MalformedEvent as MalformedEvent,
+)
+from receiver.core.errors import (
+    PayloadTooLarge as PayloadTooLarge,
+)
+from receiver.core.errors import (
+    ReceiveError as ReceiveError,
+)
+from receiver.core.errors import (
+    RedactedEvents as RedactedEvents,
+)
+from receiver.core.errors import (
+    SchemaNotReady as SchemaNotReady,
+)
+from receiver.core.errors import (
+    SignatureError as SignatureError,
+)
+from receiver.core.errors import (
+    SignatureMalformed as SignatureMalformed,
+)
+from receiver.core.errors import (
+    SignatureMissing as SignatureMissing,
+)
+from receiver.core.errors import (
+    StorageUnavailable as StorageUnavailable,
+)
+from receiver.core.errors import (
+    UnknownEventType as UnknownEventType,
+)
 
-from __future__ import annotations
-
-
-class HookledgerError(Exception):
-    """A hookledger error occurred."""
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or " ".join((self.__doc__ or "").split()))
-
-    @property
-    def message(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-class ConfigurationError(HookledgerError):
-    """hookledger is misconfigured."""
-
-
-class ReceiveError(HookledgerError):
-    """The webhook request was rejected."""
-
-    http_status = 400
-    code = "HL_00"
-    error_type = "invalid_request"
-    #: The reason code recorded in the rejected-deliveries table (``hookledger_rejection``).
-    reason = "rejected"
-
-
-class PayloadTooLarge(ReceiveError):
-    """The request body exceeds the configured maximum size."""
-
-    http_status = 413
-    code = "HL_13"
-    reason = "too_large"
-
-
-class SignatureError(ReceiveError):
-    """The webhook signature is missing or does not match any configured secret."""
-
-    http_status = 401
-    code = "HL_01"
-    error_type = "authentication_error"
-    reason = "signature_mismatch"
-
-
-class SignatureMissing(SignatureError):
-    """The X-Webhook-Signature-512 header is missing."""
-
-    reason = "signature_missing"
-
-
-class SignatureMalformed(SignatureError):
-    """The X-Webhook-Signature-512 header is not a 128-digit hex HMAC-SHA512."""
-
-    reason = "signature_malformed"
-
-
-class MalformedEvent(ReceiveError):
-    """The webhook body is not a valid event (malformed JSON or no event_id)."""
-
-    http_status = 400
-    code = "HL_04"
-    reason = "malformed_event"
-
-
-class EventTooOld(ReceiveError):
-    """The event's timestamp is older than HOOKLEDGER_MAX_EVENT_AGE allows."""
-
-    http_status = 400
-    code = "HL_06"
-    reason = "too_old"
-
-
-class StorageUnavailable(ReceiveError):
-    """Event storage is unavailable; retry later."""
-
-    http_status = 503
-    code = "HL_03"
-    error_type = "api_error"
-
-
-class SchemaNotReady(ReceiveError):
-    """hookledger's schema is not at the latest migration: run `hookledger db upgrade`."""
-
-    http_status = 503
-    code = "HL_05"
-    error_type = "api_error"
-
-
-class UnknownEventType(HookledgerError, ValueError):
-    """The event type is not one of the processor's event types."""
-
-
-class EventNotFound(HookledgerError, LookupError):
-    """No stored event matches."""
-
-
-class DataUnavailable(HookledgerError):
-    """A stored event's data cannot be read."""
-
-
-class DataKeyMissing(DataUnavailable):
-    """The data is sealed with a data key that is not configured."""
-
-    def __init__(self, key_id: str) -> None:
-        self.key_id = key_id
-        super().__init__(
-            f"sealed with data key {key_id!r}, which is not configured (HOOKLEDGER_DATA_KEYS)"
-        )
-
-
-class DataNotAuthentic(DataUnavailable):
-    """The sealed data does not open with its data key."""
-
-    def __init__(self, key_id: str) -> None:
-        self.key_id = key_id
-        super().__init__(
-            f"does not open with data key {key_id!r}: that id holds another key value, or "
-            "the data was altered or moved from another row"
-        )
-
-
-class BodyRedacted(DataUnavailable):
-    """The event's body was redacted (retention): it cannot be dispatched or replayed."""
-
-
-class RedactedEvents(HookledgerError, ValueError):
-    """Some chosen events were redacted: their bodies are gone, so they cannot run again."""
+__all__ = [
+    "HookledgerError",
+    "ConfigurationError",
+    "ReceiveError",
+    "PayloadTooLarge",
+    "SignatureError",
+    "SignatureMissing",
+    "SignatureMalformed",
+    "MalformedEvent",
+    "EventTooOld",
+    "StorageUnavailable",
+    "SchemaNotReady",
+    "UnknownEventType",
+    "EventNotFound",
+    "DataUnavailable",
+    "DataKeyMissing",
+    "DataNotAuthentic",
+    "BodyRedacted",
+    "RedactedEvents",
+]

@@ -23,16 +23,16 @@ import click
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from receiver import db
-from receiver.blueprint import make_blueprint
-from receiver.cli import hookledger_group
-from receiver.registry import Registry
-from receiver.settings import Settings
-from receiver.state import EXTENSION_KEY, ReceiverState, receiver_state
+import receiver.storage.database as db
+from receiver.cli.commands import hookledger_group
+from receiver.config.settings import Settings
+from receiver.core.registry import Registry
 from receiver.store import RetryPolicy, Store
+from receiver.web.blueprint import make_blueprint
+from receiver.web.state import EXTENSION_KEY, ReceiverState, receiver_state
 
 if TYPE_CHECKING:
-    from receiver.observe import Observation
+    from receiver.core.observe import Observation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,7 +40,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class WebhookReceiver:
     """Verified, durable, deduplicated webhook inbox with typed dispatch, as a Flask extension.
 
-    Keyword arguments override the ``HOOKLEDGER_*`` settings (see :mod:`receiver.settings`).
+    Keyword arguments override the ``HOOKLEDGER_*`` settings (see :mod:`receiver.config.settings`).
     """
 
     def __init__(self, app: Flask | None = None, **overrides: Any) -> None:
@@ -124,9 +124,9 @@ class WebhookReceiver:
           earlier event of it waits for a retry, for longer than ``wait`` seconds: it is
           queued, and a worker dispatches it.
         """
-        from receiver.clock import utcnow
-        from receiver.models import Source
-        from receiver.observe import Observation, build
+        from receiver.core.clock import utcnow
+        from receiver.core.observe import Observation, build
+        from receiver.storage.tables import Source
 
         state = self.state(app)
         kind, object_id, obj_state, event, body = build(resource, kind=kind, now=utcnow())

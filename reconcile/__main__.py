@@ -1,6 +1,6 @@
 """``python -m reconcile`` is the ``reconcile`` command."""
 
-from reconcile.cli import main
+from reconcile.cli.commands import main
 
 if __name__ == "__main__":
     main()

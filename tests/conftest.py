@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from receiver import db
+import receiver.storage.database as db
 from receiver.extension import WebhookReceiver
 from receiver.store import RetryPolicy, Store
 

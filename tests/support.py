@@ -34,9 +34,9 @@ def serve(app: Flask) -> Iterator[str]:
 def reconcile_ready(engine: Engine) -> None:
     """Migrate the reconciler's tables and declare the sandbox account new (nothing before
     hookledger), as ``reconcile db upgrade`` and ``reconcile adopt --new-account`` do."""
-    from receiver import db
+    import receiver.storage.database as db
     from receiver.store import Store
-    from reconcile.store import RECONCILE_MIGRATIONS
+    from reconcile.storage.store import RECONCILE_MIGRATIONS
 
     db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
     Store(engine).set_cutover("new_account", None)

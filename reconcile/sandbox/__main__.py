@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from receiver.errors import HookledgerError
+from receiver.core.errors import HookledgerError
 from reconcile.sandbox.server import SandboxServer
 from reconcile.sandbox.webhooks import parse_retry_schedule
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 
-from receiver.clock import Clock, as_utc, utcnow
-from receiver.factories import format_timestamp
+from receiver.core.clock import Clock, as_utc, utcnow
+from receiver.testing.factories import format_timestamp
 
 __all__ = [
     "Clock",
@@ -31,7 +31,7 @@ def truncate_ms(when: datetime) -> datetime:
 
 
 def iso_or_none(when: datetime | None) -> str | None:
-    """:func:`~receiver.factories.format_timestamp` of ``when``, or ``None``."""
+    """:func:`~receiver.testing.factories.format_timestamp` of ``when``, or ``None``."""
     return None if when is None else format_timestamp(when)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from receiver.errors import HookledgerError
+from receiver.core.errors import HookledgerError
 
 
 class SandboxError(HookledgerError):

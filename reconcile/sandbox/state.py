@@ -2,7 +2,7 @@
 
 A :class:`Sandbox` holds payments, refunds, payouts, customers, disputes and mandates in
 memory behind one lock, runs their state machines, and emits a webhook whenever an object
-reaches a status that :func:`receiver.status.event_type_for_status` maps to an event (at most
+reaches a status that :func:`receiver.core.status.event_type_for_status` maps to an event (at most
 one per object and event type, ever: a status whose event was already sent sends nothing).
 Its public methods take the JSON bodies (or query parameters) of the HTTP API and return what
 the API answers, or raise :class:`~reconcile.sandbox.errors.SandboxError`;
@@ -84,9 +84,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from receiver.errors import ConfigurationError
-from receiver.events import EVENT_CLASSES, EVENT_TYPES
-from receiver.status import REFUND_STATUS_ALIASES, event_type_for_status
+from receiver.core.errors import ConfigurationError
+from receiver.core.events import EVENT_CLASSES, EVENT_TYPES
+from receiver.core.status import REFUND_STATUS_ALIASES, event_type_for_status
 from reconcile.sandbox import fields
 from reconcile.sandbox.cards import (
     AUTHENTICATION_FAILED,

@@ -8,7 +8,7 @@ timestamp``; ``event_id`` is ``"evt_"`` + a time-ordered UUIDv7 in 32 hex digits
 ``dispute_details``, ``payout_details``, ``mandate_details``.
 
 **Headers.** ``Content-Type: application/json``, ``User-Agent: Hyperswitch-Backend-Server``
-and ``X-Webhook-Signature-512`` = :func:`receiver.signature.sign` (lowercase hex HMAC-SHA512
+and ``X-Webhook-Signature-512`` = :func:`receiver.core.signature.sign` (lowercase hex HMAC-SHA512
 of the body with the profile's key).
 
 **At most one event per (object id, event type), ever** (Hyperswitch's idempotent event id):
@@ -56,8 +56,8 @@ from typing import Any, Final
 
 import requests
 
-from receiver.factories import encode
-from receiver.signature import SIGNATURE_HEADER, sign
+from receiver.core.signature import SIGNATURE_HEADER, sign
+from receiver.testing.factories import encode
 from reconcile.sandbox.clock import format_timestamp
 from reconcile.sandbox.faults import FaultController
 

@@ -8,7 +8,7 @@ import os
 from flask import Flask
 
 from receiver import Event, WebhookReceiver
-from receiver.metrics import Metrics
+from receiver.web.metrics import Metrics
 
 hooks = WebhookReceiver()
 metrics = Metrics()
@@ -29,7 +29,7 @@ def create_app() -> Flask:
     hooks.init_app(app)
     metrics.init_app(app)
     if os.environ.get("HOOKLEDGER_CONSOLE_PASSWORD"):
-        from receiver.console import Console
+        from receiver.web.console import Console
 
         app.secret_key = os.environ.get("OPSAPP_SECRET_KEY", "opsapp-test-secret-key")
         Console(app)

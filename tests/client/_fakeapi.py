@@ -23,7 +23,7 @@ that pages by the printed time is caught losing the unread rows of a boundary mi
 ``script`` queues canned ``(status, headers, body, delay)`` answers that are served first, for
 retry tests; ``after_list`` is called after every list answer (to change data between pages);
 ``misbehave`` makes every list answer lie in the ways of :class:`Misbehaviour`. ``fetch`` calls
-the endpoints in-process (no HTTP), with the signature of :class:`reconcile.paging.Fetch`.
+the endpoints in-process (no HTTP), with the signature of :class:`reconcile.client.paging.Fetch`.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from _fakeapi import ADMIN_KEY, API_KEY, NOW, FakeProcessor, Sleeps, start, stop
 
-from reconcile.client import ProcessorClient, RetryPolicy
-from reconcile.events_client import EventsClient
+from reconcile.client.events_api import EventsClient
+from reconcile.client.processor import ProcessorClient, RetryPolicy
 
 
 @pytest.fixture

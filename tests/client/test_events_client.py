@@ -13,7 +13,8 @@ import pytest
 from _fakeapi import ADMIN_KEY, API_KEY, NOW, FakeProcessor, Misbehaviour, Scripted, Sleeps
 from _fakeapi import error_body as _error_body
 
-from reconcile.errors import (
+from reconcile.client.events_api import EventsClient
+from reconcile.core.errors import (
     AuthenticationError,
     EnvironmentMismatch,
     InvalidApiKey,
@@ -24,7 +25,6 @@ from reconcile.errors import (
     ServerError,
     TransportError,
 )
-from reconcile.events_client import EventsClient
 
 MakeEvents = Callable[..., EventsClient]
 

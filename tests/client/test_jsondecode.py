@@ -1,4 +1,5 @@
-"""``reconcile.jsondecode``: the iterative parser agrees with ``json.loads`` and never recurses."""
+"""``reconcile.core.jsondecode``: the iterative parser agrees with ``json.loads`` and never
+recurses."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconcile.jsondecode import loads, loads_iterative
+from reconcile.core.jsondecode import loads, loads_iterative
 
 #: Any character, lone surrogates included (hypothesis leaves them out by default).
 _TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=12)

@@ -28,8 +28,7 @@ from _fakeapi import API_KEY, FakeProcessor, Misbehaviour, iso_ms, to_us
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconcile.errors import PagingError
-from reconcile.paging import (
+from reconcile.client.paging import (
     Pager,
     disputes_pager,
     events_pager,
@@ -37,6 +36,7 @@ from reconcile.paging import (
     payouts_pager,
     refunds_pager,
 )
+from reconcile.core.errors import PagingError
 
 W0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 W0_US = to_us(W0)

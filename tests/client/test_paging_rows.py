@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from _fakeapi import FakeProcessor, Misbehaviour, Scripted, iso_ms, to_us
 
-from reconcile.client import ProcessorClient
-from reconcile.errors import escape_id, id_defect
-from reconcile.paging import (
+from reconcile.client.paging import (
     MAX_ROW_ERRORS,
     RowProblem,
     format_timestamp,
     payments_pager,
     refunds_pager,
 )
+from reconcile.client.processor import ProcessorClient
+from reconcile.core.errors import escape_id, id_defect
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 START = T0 - timedelta(hours=1)
@@ -201,7 +201,7 @@ def test_a_row_with_metadata_100k_deep_is_yielded_as_it_is(
 def test_an_error_body_nested_deep_is_still_a_typed_error(
     fake: FakeProcessor, client: ProcessorClient
 ) -> None:
-    from reconcile.errors import InvalidRequest
+    from reconcile.core.errors import InvalidRequest
 
     body = '{"error":{"type":"invalid_request","code":"IR_06","message":"no"},"x":' + _deep(50_000)
     fake.script(Scripted(400, {}, body + "}"))

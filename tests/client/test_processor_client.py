@@ -13,9 +13,9 @@ import pytest
 import requests
 from _fakeapi import API_KEY, NOW, FakeProcessor, Scripted, Sleeps, error_body
 
-from receiver.errors import ConfigurationError, HookledgerError
-from reconcile.client import ProcessorClient, RetryPolicy, environment_of_key
-from reconcile.errors import (
+from receiver.core.errors import ConfigurationError, HookledgerError
+from reconcile.client.processor import ProcessorClient, RetryPolicy, environment_of_key
+from reconcile.core.errors import (
     ApiError,
     AuthenticationError,
     EnvironmentMismatch,

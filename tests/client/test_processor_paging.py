@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from _fakeapi import FakeProcessor, Obj, to_us
 
-from reconcile.client import ProcessorClient
-from reconcile.errors import PagingError
-from reconcile.paging import format_timestamp, refunds_pager
+from reconcile.client.paging import format_timestamp, refunds_pager
+from reconcile.client.processor import ProcessorClient
+from reconcile.core.errors import PagingError
 
 MakeClient = Callable[..., ProcessorClient]
 

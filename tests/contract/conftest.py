@@ -19,8 +19,8 @@ from typing import Any, NoReturn
 import pytest
 import requests
 
-from reconcile.client import ProcessorClient, RetryPolicy
-from reconcile.events_client import EventsClient
+from reconcile.client.events_api import EventsClient
+from reconcile.client.processor import ProcessorClient, RetryPolicy
 from tests.contract import API_KEY
 from tests.contract.patch_spec import spec_path, write_patched_spec
 from tests.contract.prism import PrismServer, find_prism, start_prism

@@ -22,10 +22,10 @@ import requests
 
 from examples.shop import app as shop_app
 from examples.shop.models import Order
-from reconcile.client import ProcessorClient
-from reconcile.errors import InvalidRequest, NotFound
-from reconcile.events_client import EventsClient
-from reconcile.paging import Pager
+from reconcile.client.events_api import EventsClient
+from reconcile.client.paging import Pager
+from reconcile.client.processor import ProcessorClient
+from reconcile.core.errors import InvalidRequest, NotFound
 from tests.contract import API_KEY
 from tests.contract.patch_spec import load_spec, patch_spec
 from tests.contract.prism import PrismServer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from receiver.errors import ConfigurationError
+from receiver.core.errors import ConfigurationError
 from receiver.extension import WebhookReceiver
 from receiver.testing import WebhookTestClient
 from tests.conftest import SECRETS, AppFactory
@@ -45,7 +45,14 @@ def test_the_cli_says_what_is_wrong_on_one_line(database_url: str, tmp_path: Pat
         "PYTHONPATH": str(ROOT),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "receiver.cli", "--app", "tests.apps.procapp:create_app", "stats"],
+        [
+            sys.executable,
+            "-m",
+            "receiver.cli.commands",
+            "--app",
+            "tests.apps.procapp:create_app",
+            "stats",
+        ],
         env=env,
         cwd=tmp_path,
         capture_output=True,

@@ -23,14 +23,14 @@ import sqlalchemy as sa
 from flask import Flask
 
 from receiver import Defer, Event, WebhookReceiver
-from receiver.crypto import MAGIC
-from receiver.errors import RedactedEvents
-from receiver.events import parse_event
-from receiver.factories import build_event, encode
-from receiver.models import EventStatus, Source
-from receiver.operations import EventFilter
+from receiver.core.errors import RedactedEvents
+from receiver.core.events import parse_event
+from receiver.core.keyring import MAGIC
+from receiver.storage.operator_actions import EventFilter
+from receiver.storage.tables import EventStatus, Source
 from receiver.store import Store
 from receiver.testing import signed_headers
+from receiver.testing.factories import build_event, encode
 from tests.conftest import SECRETS, AppFactory, backend
 
 pytestmark = pytest.mark.storage
@@ -505,7 +505,7 @@ def test_the_rejection_log_is_rate_limited_and_capped(make_app: AppFactory) -> N
 
 def test_the_reconciler_stores_sealed_rows(database_url: str, engine: sa.Engine) -> None:
     """``reconcile``'s inbox takes HOOKLEDGER_DATA_KEYS from the environment."""
-    from reconcile.cli import Context
+    from reconcile.cli.commands import Context
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOOKLEDGER_DATA_KEYS", f"k1:{KEY1}")

@@ -11,14 +11,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from receiver.errors import UnknownEventType
-from receiver.events import Event, parse_event
+from receiver.core.errors import UnknownEventType
+from receiver.core.events import Event, parse_event
+from receiver.core.registry import Registry
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event, encode
-from receiver.registry import Registry
 from receiver.store import RetryPolicy, Store
 from receiver.testing import WebhookTestClient
-from receiver.worker import Worker
+from receiver.testing.factories import build_event, encode
+from receiver.worker.runner import Worker
 from tests.conftest import AppFactory
 
 pytestmark = pytest.mark.storage
@@ -420,7 +420,7 @@ def test_times_are_right_whatever_the_database_sessions_time_zone(
     when the database session's time zone is not UTC (libpq takes it from ``PGTZ``)."""
     if not database_url.startswith("postgresql"):
         pytest.skip("a session time zone is PostgreSQL's")
-    from receiver import db
+    import receiver.storage.database as db
 
     monkeypatch.setenv("PGTZ", "America/New_York")
     engine = db.make_engine(database_url)  # the fixture's engine migrated the schema
@@ -465,7 +465,7 @@ def test_times_are_right_whatever_the_database_sessions_time_zone(
 def test_the_bulk_insert_columns_are_the_rows_columns(store: Store) -> None:
     # PostgreSQL inserts synthesised events as one array per column: a column added to the
     # inbox row but not to that list would be silently dropped.
-    from receiver.sql.tables import EVENT_COLUMNS
+    from receiver.storage.sql.tables import EVENT_COLUMNS
 
     body = encode(build_event("payment_succeeded"))
     row = store.inbox.row(parse_event(body), body, source="reconcile")

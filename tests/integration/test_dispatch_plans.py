@@ -25,11 +25,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from receiver.events import parse_event
-from receiver.factories import build_event, encode
-from receiver.registry import Registry
+from receiver.core.events import parse_event
+from receiver.core.registry import Registry
 from receiver.store import Store
-from receiver.worker import Worker, WorkerConfig
+from receiver.testing.factories import build_event, encode
+from receiver.worker.runner import Worker, WorkerConfig
 from tests.conftest import backend
 
 pytestmark = [

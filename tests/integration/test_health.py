@@ -20,12 +20,12 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from receiver import db
-from receiver.events import parse_event
+import receiver.storage.database as db
+from receiver.core.events import parse_event
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event, encode
-from receiver.sql.tables import EVENT
+from receiver.storage.sql.tables import EVENT
 from receiver.store import Store
+from receiver.testing.factories import build_event, encode
 from tests.conftest import AppFactory
 
 pytestmark = pytest.mark.storage

@@ -17,12 +17,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from receiver import db
-from receiver.events import Event, parse_event
-from receiver.factories import build_event, encode
-from receiver.registry import Registry
+import receiver.storage.database as db
+from receiver.core.events import Event, parse_event
+from receiver.core.registry import Registry
 from receiver.store import RetryPolicy, Store
-from receiver.worker import Worker, WorkerConfig
+from receiver.testing.factories import build_event, encode
+from receiver.worker.runner import Worker, WorkerConfig
 
 pytestmark = pytest.mark.storage
 

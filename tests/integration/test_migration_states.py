@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
-from receiver import db
-from receiver.events import Event, parse_event
+import receiver.storage.database as db
+from receiver.core.events import Event, parse_event
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event, encode
 from receiver.testing import WebhookTestClient
+from receiver.testing.factories import build_event, encode
 from tests.conftest import AppFactory
 
 pytestmark = pytest.mark.storage

@@ -7,11 +7,11 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from receiver import db
-from receiver.errors import ConfigurationError
-from receiver.models import metadata as receiver_metadata
-from reconcile.models import metadata as reconcile_metadata
-from reconcile.store import RECONCILE_MIGRATIONS
+import receiver.storage.database as db
+from receiver.core.errors import ConfigurationError
+from receiver.storage.tables import metadata as receiver_metadata
+from reconcile.storage.store import RECONCILE_MIGRATIONS
+from reconcile.storage.tables import metadata as reconcile_metadata
 
 pytestmark = pytest.mark.storage
 

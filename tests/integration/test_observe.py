@@ -15,11 +15,11 @@ import pytest
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from receiver.events import Event
+from receiver.core.events import Event
+from receiver.core.observe import NotAnObject
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event
-from receiver.observe import NotAnObject
 from receiver.testing import WebhookTestClient
+from receiver.testing.factories import build_event
 from tests.conftest import AppFactory
 
 pytestmark = pytest.mark.storage

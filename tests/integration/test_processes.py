@@ -16,9 +16,9 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from receiver import db
-from receiver.factories import build_event, encode
-from receiver.signature import sign
+import receiver.storage.database as db
+from receiver.core.signature import sign
+from receiver.testing.factories import build_event, encode
 from tests.apps.procapp import EFFECT_TABLE, create_effect_table
 from tests.conftest import SECRETS, SECRETS_SPEC
 
@@ -151,7 +151,7 @@ def test_killed_workers_event_is_finished_by_another(
     body = encode(
         build_event("payment_succeeded", event_id="evt_kill", metadata={"hold_file": str(hold)})
     )
-    from receiver.events import parse_event
+    from receiver.core.events import parse_event
     from receiver.store import Store
 
     Store(migrated).insert(parse_event(body), body)
@@ -188,7 +188,7 @@ def test_sigterm_finishes_the_current_event_then_exits(
         build_event("refund_succeeded", event_id="evt_term", metadata={"hold_file": str(hold)})
     )
     # refunds carry metadata on the refund object too
-    from receiver.events import parse_event
+    from receiver.core.events import parse_event
     from receiver.store import Store
 
     Store(migrated).insert(parse_event(body), body)

@@ -11,12 +11,12 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from receiver.errors import ConfigurationError
+from receiver.core.errors import ConfigurationError
+from receiver.core.signature import sign
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event, encode
-from receiver.models import EventConflict, InboxEvent
-from receiver.signature import sign
+from receiver.storage.tables import EventConflict, InboxEvent
 from receiver.testing import WebhookTestClient, signed_headers
+from receiver.testing.factories import build_event, encode
 from tests.conftest import SECRETS, AppFactory
 
 pytestmark = pytest.mark.storage
@@ -325,7 +325,7 @@ def test_group_commit_answers_each_delivery_and_isolates_a_bad_one(
     # delivery that fails in the database fails alone (the batch is retried item by item).
     from concurrent.futures import ThreadPoolExecutor
 
-    from receiver.events import parse_event
+    from receiver.core.events import parse_event
 
     app, _ = make_app()
     store = WebhookReceiver.state(app).store
@@ -384,7 +384,7 @@ def test_a_batch_answers_each_delivery_in_order(make_app: AppFactory) -> None:
     # The group-commit writer (SQLite's transaction, PostgreSQL's one statement over arrays):
     # new ids inserted, an id repeated in the batch a duplicate of the first, an id stored
     # earlier with another body a conflict.
-    from receiver.events import parse_event
+    from receiver.core.events import parse_event
 
     app, _ = make_app()
     inbox = WebhookReceiver.state(app).store.inbox
@@ -436,7 +436,7 @@ def test_postgres_connection_lost_while_idle_is_written_again_on_a_new_one(
 
 
 def test_postgres_idle_connections_are_pinged_before_use(database_url: str) -> None:
-    from receiver.db import make_engine
+    from receiver.storage.database import make_engine
 
     if not database_url.startswith("postgresql"):
         pytest.skip("PostgreSQL's pooled connections")
@@ -456,7 +456,7 @@ def test_postgres_idle_connections_are_pinged_before_use(database_url: str) -> N
 
 
 def _hold_writers_lock(path: str, seconds: float, ready: Any) -> None:
-    from receiver.filelock import WritersLock
+    from receiver.storage.filelock import WritersLock
 
     with WritersLock(path).hold(timeout=5):
         ready.set()

@@ -16,10 +16,10 @@ from collections import Counter
 import pytest
 
 from receiver import Event, WebhookReceiver
-from receiver.events import parse_event
-from receiver.factories import build_event, encode
-from receiver.operations import EventFilter
+from receiver.core.events import parse_event
+from receiver.storage.operator_actions import EventFilter
 from receiver.testing import signed_headers
+from receiver.testing.factories import build_event, encode
 from tests.conftest import SECRETS, AppFactory
 
 pytestmark = pytest.mark.storage

@@ -129,7 +129,7 @@ def test_event_before_the_order_exists_waits_until_it_does(
 def _due_now(app: Flask, event_id: str) -> None:
     import sqlalchemy as sa
 
-    from receiver.models import InboxEvent
+    from receiver.storage.tables import InboxEvent
 
     table: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
     with WebhookReceiver.state(app).store.engine.begin() as conn:

@@ -18,12 +18,12 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask, got_request_exception
 
-from receiver.errors import ConfigurationError
-from receiver.events import parse_event
+from receiver.core.errors import ConfigurationError
+from receiver.core.events import parse_event
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event, encode
-from receiver.models import EventConflict
+from receiver.storage.tables import EventConflict
 from receiver.testing import signed_headers
+from receiver.testing.factories import build_event, encode
 from tests.conftest import SECRETS, AppFactory
 
 pytestmark = pytest.mark.storage

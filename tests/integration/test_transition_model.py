@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from receiver import Defer
-from receiver.events import Event
+from receiver.core.events import Event
 from receiver.extension import WebhookReceiver
 from receiver.testing import WebhookTestClient
 from tests.conftest import AppFactory
@@ -245,7 +245,7 @@ def test_deferral_past_its_limit_is_dead_lettered_with_the_reason(make_app: AppF
 def _make_due(store: object, event_id: str) -> None:
     import sqlalchemy as sa
 
-    from receiver.models import InboxEvent
+    from receiver.storage.tables import InboxEvent
 
     table: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
     with store.engine.begin() as conn:  # type: ignore[attr-defined]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from receiver.events import parse_event
-from receiver.factories import build_event, encode
+from receiver.core.events import parse_event
 from receiver.store import Store
+from receiver.testing.factories import build_event, encode
 
 pytestmark = pytest.mark.storage
 
@@ -22,7 +22,7 @@ def test_waiting_objects_probe_the_object_index(store: Store) -> None:
     keys = [f"payment:pay_{n}" for n in range(25)]
     with store.engine.connect() as conn:
         if store.engine.dialect.name == "postgresql":
-            from receiver.sql.postgresql import WAITING_OBJECTS
+            from receiver.storage.sql.postgresql import WAITING_OBJECTS
 
             conn.exec_driver_sql("ANALYZE hookledger_event")
             plan = "\n".join(
@@ -30,7 +30,7 @@ def test_waiting_objects_probe_the_object_index(store: Store) -> None:
                 for r in conn.execute(sa.text("EXPLAIN " + WAITING_OBJECTS.text), {"keys": keys})
             )
         else:
-            from receiver.sql.sqlite import waiting_sql
+            from receiver.storage.sql.sqlite import waiting_sql
 
             names = {f"k{i}": k for i, k in enumerate(keys)}
             explain = sa.text("EXPLAIN QUERY PLAN " + waiting_sql(len(keys)))

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from receiver.events import parse_event
-from receiver.factories import build_event, encode
-from receiver.filelock import WritersLock
-from receiver.registry import Registry
+from receiver.core.events import parse_event
+from receiver.core.registry import Registry
+from receiver.storage.filelock import WritersLock
 from receiver.store import WRITERS_LOCK_SUFFIX, Store
-from receiver.worker import Worker, WorkerConfig, writers_lock
+from receiver.testing.factories import build_event, encode
+from receiver.worker.runner import Worker, WorkerConfig, writers_lock
 from tests.conftest import backend
 
 pytestmark = [

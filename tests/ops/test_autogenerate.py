@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from receiver import db as hookledger_db
-from receiver.autogenerate import (
+import receiver.storage.database as hookledger_db
+from receiver.storage.autogenerate import (
     chain_include_object,
     include_name,
     include_object,
     is_hookledger_table,
 )
-from reconcile.store import RECONCILE_MIGRATIONS
+from reconcile.storage.store import RECONCILE_MIGRATIONS
 
 pytestmark = [
     pytest.mark.storage,

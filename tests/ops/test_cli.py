@@ -15,13 +15,13 @@ import click
 import pytest
 
 from receiver import Event, __version__
-from receiver.cli import hookledger_group, make_program
-from receiver.cliutil import walk
+from receiver.cli.commands import hookledger_group, make_program
+from receiver.cli.common import walk
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event
-from receiver.heartbeat import check
 from receiver.testing import WebhookTestClient
-from reconcile.cli import cli as reconcile_cli
+from receiver.testing.factories import build_event
+from receiver.worker.heartbeat import check
+from reconcile.cli.commands import cli as reconcile_cli
 from tests.conftest import PG_URL, SECRETS_SPEC, AppFactory, backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,9 +126,9 @@ def test_reconcile_mistakes_are_one_line(tmp_path: Path) -> None:
 def test_a_missing_postgres_driver_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from receiver import db
-    from receiver.cliutil import describe_error
-    from receiver.errors import ConfigurationError
+    import receiver.storage.database as db
+    from receiver.cli.common import describe_error
+    from receiver.core.errors import ConfigurationError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -232,9 +232,9 @@ def test_status_reads_worker_heartbeats(make_app: AppFactory) -> None:
 def test_status_with_a_dead_worker_row(tmp_path: Path) -> None:
     from datetime import timedelta
 
-    from receiver import db
-    from receiver.clock import utcnow
-    from receiver.heartbeat import record
+    import receiver.storage.database as db
+    from receiver.core.clock import utcnow
+    from receiver.worker.heartbeat import record
 
     engine = db.make_engine(f"sqlite:///{tmp_path / 'h.sqlite3'}")
     db.upgrade(engine)

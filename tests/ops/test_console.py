@@ -10,10 +10,10 @@ import pytest
 from flask import Flask
 
 from receiver import Event
-from receiver.console import Console
-from receiver.errors import ConfigurationError
+from receiver.core.errors import ConfigurationError
 from receiver.extension import WebhookReceiver
 from receiver.testing import WebhookTestClient
+from receiver.web.console import Console
 from tests.conftest import AppFactory
 
 pytestmark = pytest.mark.storage

@@ -17,10 +17,10 @@ import pytest
 from flask import Flask
 
 from receiver import Event
-from receiver.console import Console
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event
 from receiver.testing import WebhookTestClient
+from receiver.testing.factories import build_event
+from receiver.web.console import Console
 from tests.conftest import AppFactory
 from tests.support import serve
 
@@ -71,7 +71,7 @@ def seed(app: Flask) -> None:
     client.post(first)
     client.post({**first, "timestamp": "2026-11-23T10:00:00.000Z"})
     client.drain()
-    from reconcile.store import ReconcileStore
+    from reconcile.storage.store import ReconcileStore
     from tests.support import reconcile_ready
 
     engine = WebhookReceiver.state(app).store.engine

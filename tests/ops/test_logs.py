@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from receiver.logs import configure_logging
+from receiver.config.logs import configure_logging
 
 
 @pytest.fixture

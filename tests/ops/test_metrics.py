@@ -14,14 +14,14 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from receiver import Event
-from receiver.clock import utcnow
-from receiver.errors import ConfigurationError
+from receiver.core.clock import utcnow
+from receiver.core.errors import ConfigurationError
+from receiver.core.signature import sign
 from receiver.extension import WebhookReceiver
-from receiver.factories import build_event, encode
-from receiver.heartbeat import record
-from receiver.metrics import NAMES, Metrics
-from receiver.signature import sign
 from receiver.testing import WebhookTestClient
+from receiver.testing.factories import build_event, encode
+from receiver.web.metrics import NAMES, Metrics
+from receiver.worker.heartbeat import record
 from tests.conftest import SECRETS, SECRETS_SPEC, AppFactory
 
 pytestmark = pytest.mark.storage
@@ -139,8 +139,8 @@ def test_reconcile_runs_are_read_from_their_table(make_app: AppFactory) -> None:
 
     import sqlalchemy as sa
 
-    from receiver import db
-    from reconcile.store import RECONCILE_MIGRATIONS, ReconcileStore
+    import receiver.storage.database as db
+    from reconcile.storage.store import RECONCILE_MIGRATIONS, ReconcileStore
 
     app, _ = make_app()
     Metrics(app, token=TOKEN)
@@ -181,7 +181,7 @@ def test_reconcile_runs_are_read_from_their_table(make_app: AppFactory) -> None:
 
 @pytest.mark.slow
 def test_gunicorn_processes_add_up_in_multiprocess_mode(database_url: str, tmp_path: Path) -> None:
-    from receiver import db as hdb
+    import receiver.storage.database as hdb
 
     engine = hdb.make_engine(database_url)
     hdb.upgrade(engine)

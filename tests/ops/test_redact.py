@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from receiver.factories import build_event, encode
-from receiver.redact import MASK, mask_body, mask_headers, mask_text, mask_value
+from receiver.core.masking import MASK, mask_body, mask_headers, mask_text, mask_value
+from receiver.testing.factories import build_event, encode
 
 
 def test_card_numbers_keep_only_their_last_four_digits() -> None:

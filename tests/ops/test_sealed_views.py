@@ -10,9 +10,9 @@ import json
 import pytest
 
 from receiver import Event, WebhookReceiver
-from receiver.console import Console
-from receiver.factories import build_event, encode
 from receiver.testing import WebhookTestClient
+from receiver.testing.factories import build_event, encode
+from receiver.web.console import Console
 from tests.conftest import AppFactory
 from tests.integration.test_data_at_rest import CANARY, plaintext_found
 

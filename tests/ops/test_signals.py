@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from receiver import Defer, Event, signals
+import receiver.core.signals as signals
+from receiver import Defer, Event
 from receiver.extension import WebhookReceiver
 from receiver.testing import WebhookTestClient
 from tests.conftest import AppFactory

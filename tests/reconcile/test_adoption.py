@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from reconcile.adoption import Adopter, AdoptOptions, Backfill, adoption_state
-from reconcile.errors import NotAdopted
-from reconcile.runner import ReconcileOptions
+from reconcile.core.errors import NotAdopted
+from reconcile.runtime.adoption import Adopter, AdoptOptions, Backfill, adoption_state
+from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.world import World, world
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import requests
 
-from reconcile.client import ProcessorClient
-from reconcile.errors import PagingError
+from reconcile.client.processor import ProcessorClient
+from reconcile.core.errors import PagingError
 from reconcile.sandbox import SandboxServer
 
 API_KEY = "snd_client_sandbox_0001"

@@ -12,8 +12,8 @@ from datetime import timedelta
 
 import pytest
 
-from receiver.models import Source
-from reconcile.runner import ReconcileOptions
+from receiver.storage.tables import Source
+from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.world import CARD_ASYNC, World, world
 

@@ -32,11 +32,11 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from receiver import objects
-from receiver import status as statuses
+import receiver.core.objects as objects
+import receiver.core.status as statuses
 from receiver.extension import WebhookReceiver
-from reconcile.report import Report
-from reconcile.runner import ReconcileOptions
+from reconcile.core.report import Report
+from reconcile.runtime.runner import ReconcileOptions
 from reconcile.sandbox.errors import SandboxError
 from reconcile.sandbox.faults import WebhookFaultConfig
 from tests.conftest import build_app, fresh_database
@@ -355,7 +355,7 @@ def test_random_lifecycles_over_120_days_end_in_the_processors_state(
 def _dispatched(w: World) -> set[tuple[str, str, str]]:
     import sqlalchemy as sa
 
-    from receiver.models import InboxEvent, Transition
+    from receiver.storage.tables import InboxEvent, Transition
 
     t: sa.Table = Transition.__table__  # type: ignore[attr-defined]
     e: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]

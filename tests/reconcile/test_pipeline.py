@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+import reconcile.runtime.runner as runner
 from receiver import WebhookReceiver
-from receiver.models import InboxEvent, Source
-from receiver.transitions import State, make_state
-from reconcile import runner
-from reconcile.errors import TransportError
-from reconcile.models import SeenBatch
-from reconcile.paging import Pager
-from reconcile.runner import ReconcileOptions, Reconciler
+from receiver.core.transitions import State, make_state
+from receiver.storage.tables import InboxEvent, Source
+from reconcile.client.paging import Pager
+from reconcile.core.errors import TransportError
+from reconcile.runtime.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import SandboxServer
-from reconcile.store import ReconcileStore
+from reconcile.storage.store import ReconcileStore
+from reconcile.storage.tables import SeenBatch
 from tests.conftest import AppFactory
 from tests.reconcile.test_reconcile import API_KEY, _app, _reconciler
 

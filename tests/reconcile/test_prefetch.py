@@ -1,4 +1,5 @@
-"""The reconciler's read-ahead (:class:`reconcile.prefetch.Prefetch`): order, bounds, stop."""
+"""The reconciler's read-ahead (:class:`reconcile.client.prefetch.Prefetch`): order, bounds,
+stop."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from reconcile.errors import TransportError
-from reconcile.prefetch import Prefetch
+from reconcile.client.prefetch import Prefetch
+from reconcile.core.errors import TransportError
 
 
 class Source:

@@ -10,14 +10,15 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from receiver import Event, WebhookReceiver, db
-from receiver.factories import encode
+import receiver.storage.database as db
+from receiver import Event, WebhookReceiver
 from receiver.testing import WebhookTestClient
-from reconcile.client import ProcessorClient
-from reconcile.errors import ReconcileLocked
-from reconcile.runner import ReconcileOptions, Reconciler
+from receiver.testing.factories import encode
+from reconcile.client.processor import ProcessorClient
+from reconcile.core.errors import ReconcileLocked
+from reconcile.runtime.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import SandboxServer
-from reconcile.store import RECONCILE_MIGRATIONS, ReconcileStore
+from reconcile.storage.store import RECONCILE_MIGRATIONS, ReconcileStore
 from tests.conftest import AppFactory
 
 pytestmark = pytest.mark.storage
@@ -262,7 +263,7 @@ def test_lock_is_per_schema_on_postgresql(make_app: AppFactory, database_url: st
         pytest.skip("advisory locks are PostgreSQL's; SQLite has one lease row per file")
     import sqlalchemy as sa
 
-    from receiver import db as receiver_db
+    import receiver.storage.database as receiver_db
     from tests.conftest import PG_URL
 
     app, _ = _app(make_app)

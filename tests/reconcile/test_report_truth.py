@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.paging import Pager
-from reconcile.runner import ReconcileOptions
+from reconcile.client.paging import Pager
+from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.world import world
 

@@ -22,18 +22,18 @@ from flask import Flask
 from freezegun import freeze_time
 
 from receiver import Event, WebhookReceiver
-from receiver.signature import parse_secrets
+from receiver.core.signature import parse_secrets
+from receiver.core.transitions import read_event
 from receiver.store import Store
-from receiver.transitions import read_event
-from reconcile.client import ProcessorClient
-from reconcile.events_client import EventsClient
-from reconcile.report import Report
-from reconcile.runner import ReconcileOptions, Reconciler
+from reconcile.client.events_api import EventsClient
+from reconcile.client.processor import ProcessorClient
+from reconcile.core.report import Report
+from reconcile.recovery.undelivered import UndeliveredEvents
+from reconcile.runtime.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox.app import create_app as sandbox_app
 from reconcile.sandbox.faults import WebhookFaultConfig
 from reconcile.sandbox.state import Sandbox
 from reconcile.sandbox.transport import mount_wsgi, wsgi_sender
-from reconcile.undelivered import UndeliveredEvents
 from tests.conftest import SECRETS, AppFactory
 from tests.support import reconcile_ready
 
@@ -160,8 +160,8 @@ def world(
         if new_account:
             reconcile_ready(engine)
         else:
-            from receiver import db
-            from reconcile.store import RECONCILE_MIGRATIONS
+            import receiver.storage.database as db
+            from reconcile.storage.store import RECONCILE_MIGRATIONS
 
             db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
         secret = SECRETS["primary"]

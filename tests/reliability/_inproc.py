@@ -21,8 +21,8 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from receiver import db
-from receiver.models import EventConflict, InboxEvent
+import receiver.storage.database as db
+from receiver.storage.tables import EventConflict, InboxEvent
 from receiver.store import RetryPolicy, Store
 from reconcile.sandbox import SandboxServer
 from tests.conftest import PG_URL, backend

@@ -26,8 +26,8 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from receiver import db
-from receiver.signature import sign
+import receiver.storage.database as db
+from receiver.core.signature import sign
 from tests.apps.relapp import EFFECT_TABLE, create_effect_table
 from tests.conftest import SECRETS, SECRETS_SPEC
 

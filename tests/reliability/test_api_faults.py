@@ -29,10 +29,10 @@ import sqlalchemy as sa
 from flask import Flask
 
 from receiver import WebhookReceiver
-from receiver.models import InboxEvent, Projection
-from reconcile.client import ProcessorClient, RetryPolicy
-from reconcile.report import KindReport, Report
-from reconcile.runner import ReconcileOptions, Reconciler
+from receiver.storage.tables import InboxEvent, Projection
+from reconcile.client.processor import ProcessorClient, RetryPolicy
+from reconcile.core.report import KindReport, Report
+from reconcile.runtime.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import ApiFaultConfig, SandboxServer
 from tests.conftest import SECRETS_SPEC
 from tests.reliability._inproc import (

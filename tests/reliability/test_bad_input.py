@@ -35,10 +35,10 @@ from hypothesis import strategies as st
 from werkzeug.test import TestResponse
 
 from receiver import Event, WebhookReceiver
-from receiver.events import EVENT_TYPES
-from receiver.factories import OMIT, build_event, encode
-from receiver.models import InboxEvent
-from receiver.signature import SIGNATURE_HEADER, sign
+from receiver.core.events import EVENT_TYPES
+from receiver.core.signature import SIGNATURE_HEADER, sign
+from receiver.storage.tables import InboxEvent
+from receiver.testing.factories import OMIT, build_event, encode
 from tests.conftest import SECRETS, AppFactory
 from tests.reliability._inproc import Counts, row_counts, strict_app
 

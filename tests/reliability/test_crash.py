@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from receiver import db
-from receiver.events import parse_event
-from receiver.factories import build_event, encode
+import receiver.storage.database as db
+from receiver.core.events import parse_event
 from receiver.store import Store
+from receiver.testing.factories import build_event, encode
 from tests.apps.relapp import HANDLERS, SESSION_HANDLERS, read_runlog
 from tests.reliability._procs import (
     Proc,

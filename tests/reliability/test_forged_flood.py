@@ -33,7 +33,7 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from receiver.factories import build_event, encode
+from receiver.testing.factories import build_event, encode
 from tests.reliability._procs import (
     Procs,
     free_port,

@@ -31,13 +31,14 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlmodel import Session
 
+import receiver.core.objects as objects
 from examples.shop.app import create_app
 from examples.shop.models import Order, OrderStatus
-from receiver import WebhookReceiver, objects
-from receiver.models import EventStatus, HandlerRun, InboxEvent, Projection
+from receiver import WebhookReceiver
+from receiver.storage.tables import EventStatus, HandlerRun, InboxEvent, Projection
 from receiver.testing import WebhookTestClient
-from reconcile.client import ProcessorClient
-from reconcile.runner import ReconcileOptions, Reconciler
+from reconcile.client.processor import ProcessorClient
+from reconcile.runtime.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import SandboxServer
 from tests.conftest import SECRETS, SECRETS_SPEC, backend
 from tests.reliability._inproc import (

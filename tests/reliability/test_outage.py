@@ -36,7 +36,7 @@ import requests
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from receiver.factories import build_event, encode
+from receiver.testing.factories import build_event, encode
 from tests.apps.relapp import SESSION_HANDLERS, read_runlog
 from tests.conftest import backend
 from tests.reliability._procs import (

@@ -38,14 +38,14 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from flask import Flask, Response, redirect, request
 
+import reconcile.cli.commands as reconcile_cli
 from receiver import Event, WebhookReceiver
-from receiver.factories import build_event, encode
-from receiver.signature import parse_secrets
+from receiver.core.signature import parse_secrets
 from receiver.testing import WebhookTestClient
-from reconcile import cli as reconcile_cli
-from reconcile.client import ProcessorClient, RetryPolicy
-from reconcile.errors import ProcessorError
-from reconcile.runner import ReconcileOptions, Reconciler
+from receiver.testing.factories import build_event, encode
+from reconcile.client.processor import ProcessorClient, RetryPolicy
+from reconcile.core.errors import ProcessorError
+from reconcile.runtime.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import ApiFaultConfig, SandboxServer, WebhookFaultConfig
 from tests.conftest import SECRETS, AppFactory
 from tests.reliability._inproc import (

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from receiver.factories import build_event, encode
 from receiver.store import Store
+from receiver.testing.factories import build_event, encode
 from tests.conftest import backend
 from tests.reliability._procs import (
     Procs,
@@ -28,8 +28,8 @@ def test_webhooks_are_stored_while_a_worker_runs_slow_handlers(
 ) -> None:
     """Regression: a worker committing batch after batch held SQLite's write lock nearly all
     the time; webhooks waited out the busy timeout and got 503."""
-    from receiver import db
-    from receiver.events import parse_event
+    import receiver.storage.database as db
+    from receiver.core.events import parse_event
 
     with migrated_engine(database_url):
         engine = db.make_engine(database_url)

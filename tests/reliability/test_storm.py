@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from receiver.factories import build_event, encode
+from receiver.testing.factories import build_event, encode
 from tests.apps.relapp import HANDLERS, SESSION_HANDLERS, read_runlog
 from tests.conftest import backend
 from tests.reliability._procs import (

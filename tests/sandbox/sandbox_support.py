@@ -10,7 +10,7 @@ from typing import Any
 import requests
 from flask import Flask, Response, request
 
-from receiver.signature import Secret, verify
+from receiver.core.signature import Secret, verify
 
 API_KEY = "snd_test_key_0123456789"
 SECRET = "whsec_test_secret_abcdefghijklmnopqrstuvwxyz"

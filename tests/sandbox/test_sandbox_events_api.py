@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from receiver.signature import SIGNATURE_HEADER, Secret, verify
+from receiver.core.signature import SIGNATURE_HEADER, Secret, verify
 from reconcile.sandbox import FrozenClock, Sandbox, SandboxServer, create_app, mount_wsgi
 from tests.sandbox.sandbox_support import (
     ADMIN_KEY,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from receiver.factories import format_timestamp as iso
+from receiver.testing.factories import format_timestamp as iso
 from reconcile.sandbox import ApiFaultConfig, FrozenClock, Sandbox
 from tests.sandbox.sandbox_support import ADMIN_KEY, Api
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import requests
 
-from receiver.factories import format_timestamp as iso
+from receiver.testing.factories import format_timestamp as iso
 from reconcile.sandbox import FrozenClock, SandboxServer
 from tests.sandbox.sandbox_support import Api
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 from requests import Session
 
-from receiver.errors import ConfigurationError
+from receiver.core.errors import ConfigurationError
 from reconcile.sandbox import Sandbox, SandboxServer
 from tests.sandbox.sandbox_support import API_KEY, CARD_OK, Api, card
 

@@ -10,7 +10,7 @@ import pytest
 import requests
 from flask import Flask, Response, request
 
-from reconcile.client import ProcessorClient
+from reconcile.client.processor import ProcessorClient
 from reconcile.sandbox import Sandbox, create_app, mount_wsgi, wsgi_sender
 from tests.sandbox.sandbox_support import API_KEY, BASE_URL, HOOK_URL, SECRET, Api, card
 

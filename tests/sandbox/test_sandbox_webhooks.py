@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import requests
 
-from receiver.signature import sign
-from receiver.status import event_type_for_status
+from receiver.core.signature import sign
+from receiver.core.status import event_type_for_status
 from reconcile.sandbox import (
     ApiFaultConfig,
     Sandbox,

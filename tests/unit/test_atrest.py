@@ -10,17 +10,17 @@ import pytest
 from apscheduler.executors.debug import DebugExecutor
 from freezegun import freeze_time
 
-from receiver.atrest import (
+import reconcile.runtime.scheduler as sched
+from receiver.config.data_at_rest import (
     DataAtRest,
     RejectionPolicy,
     RetentionPolicy,
     check_event_age,
     from_environment,
 )
-from receiver.errors import ConfigurationError, EventTooOld
-from receiver.events import parse_event
-from receiver.factories import build_event, encode
-from reconcile import scheduler as sched
+from receiver.core.errors import ConfigurationError, EventTooOld
+from receiver.core.events import parse_event
+from receiver.testing.factories import build_event, encode
 from tests.unit.test_scheduler import ManualScheduler
 
 KEY = base64.b64encode(bytes(32)).decode()

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from receiver.codes import (
+from receiver.core.codes import (
     FAMILIES,
     LEGACY_CODES,
     UNIFIED_CODES,

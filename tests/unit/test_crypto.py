@@ -7,9 +7,9 @@ import hashlib
 
 import pytest
 
-from receiver.crypto import DataKey, Keyring, generate_key, parse_data_keys, sealed_with
-from receiver.errors import BodyRedacted, ConfigurationError, DataKeyMissing, DataNotAuthentic
-from receiver.sealing import (
+from receiver.core.errors import BodyRedacted, ConfigurationError, DataKeyMissing, DataNotAuthentic
+from receiver.core.keyring import DataKey, Keyring, generate_key, parse_data_keys, sealed_with
+from receiver.storage.sealed_columns import (
     BODY,
     ERROR,
     open_body,

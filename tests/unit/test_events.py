@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from receiver.codes import Retry
-from receiver.errors import MalformedEvent, ReceiveError, UnknownEventType
-from receiver.events import (
+from receiver.core.codes import Retry
+from receiver.core.errors import MalformedEvent, ReceiveError, UnknownEventType
+from receiver.core.events import (
     CONTENT_TYPE_FOR_CLASS,
     CONTENT_TYPES,
     EVENT_CLASSES,
@@ -30,7 +30,7 @@ from receiver.events import (
     parse_event,
     validate_event_type,
 )
-from receiver.status import CONTENT_TYPE_KIND, STATUS_FOR_EVENT
+from receiver.core.status import CONTENT_TYPE_KIND, STATUS_FOR_EVENT
 
 SAMPLES = Path(__file__).parents[2].parent / "shared" / "reference" / "hyperswitch-samples"
 

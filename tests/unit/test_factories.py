@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from receiver.codes import Retry
-from receiver.errors import UnknownEventType
-from receiver.events import (
+from receiver.core.codes import Retry
+from receiver.core.errors import UnknownEventType
+from receiver.core.events import (
     CONTENT_TYPE_FOR_CLASS,
     EVENT_TYPES,
     RESOURCE_TYPES,
@@ -22,7 +22,10 @@ from receiver.events import (
     Payment,
     parse_event,
 )
-from receiver.factories import (
+from receiver.core.signature import sign
+from receiver.core.status import CONTENT_TYPE_KIND, STATUS_FOR_EVENT
+from receiver.core.transitions import lifecycle
+from receiver.testing.factories import (
     OMIT,
     build_event,
     encode,
@@ -30,9 +33,6 @@ from receiver.factories import (
     new_event_id,
     new_id,
 )
-from receiver.signature import sign
-from receiver.status import CONTENT_TYPE_KIND, STATUS_FOR_EVENT
-from receiver.transitions import lifecycle
 
 SAMPLES = Path(__file__).parents[2].parent / "shared" / "reference" / "hyperswitch-samples"
 WHEN = datetime(2026, 8, 12, 8, 14, 55, 392512, tzinfo=UTC)
@@ -369,7 +369,7 @@ def test_encode_reproduces_the_prism_sample_byte_for_byte() -> None:
 
 
 def test_signed_factory_body_verifies() -> None:
-    from receiver.signature import Secret, verify
+    from receiver.core.signature import Secret, verify
 
     raw = encode(build_event("payment_succeeded"))
     assert verify(raw, sign(raw, "whsec"), [Secret.of("k1", "whsec")]) == "k1"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from receiver.filelock import WritersLock
+from receiver.storage.filelock import WritersLock
 
 
 def _hold(path: str, seconds: float, ready: multiprocessing.synchronize.Event) -> None:

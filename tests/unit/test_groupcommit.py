@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from receiver.groupcommit import GroupCommit
+from receiver.storage.groupcommit import GroupCommit
 
 
 class _Recorder:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from receiver.errors import ConfigurationError
-from receiver.headers import (
+from receiver.core.errors import ConfigurationError
+from receiver.core.headers import (
     DEFAULT_STORED_HEADERS,
     REDACTED_HEADERS,
     clean_headers,

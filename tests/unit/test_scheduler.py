@@ -10,7 +10,7 @@ from apscheduler.executors.debug import DebugExecutor
 from apscheduler.schedulers.base import BaseScheduler
 from freezegun import freeze_time
 
-from reconcile import scheduler as sched
+import reconcile.runtime.scheduler as sched
 
 
 class ManualScheduler(BaseScheduler):

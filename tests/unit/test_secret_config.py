@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from receiver.errors import ConfigurationError
-from receiver.settings import Settings
-from receiver.signature import MAX_SECRET_ID_LENGTH, Secret, parse_secrets, sign, verify
+from receiver.config.settings import Settings
+from receiver.core.errors import ConfigurationError
+from receiver.core.signature import MAX_SECRET_ID_LENGTH, Secret, parse_secrets, sign, verify
 
 VALUE = "whsec_0123456789abcdef"
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from receiver.errors import ConfigurationError, SignatureError
-from receiver.signature import Secret, parse_secrets, sign, verify
+from receiver.core.errors import ConfigurationError, SignatureError
+from receiver.core.signature import Secret, parse_secrets, sign, verify
 
 VECTOR_KEY = "hmac_secret_1234"
 VECTOR_MESSAGE = b'{"type":"payment_intent"}'

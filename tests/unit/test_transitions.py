@@ -6,10 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from receiver import guard, transitions
-from receiver.guard import ADOPTED, Arrival, CutOver, Projected, decide
-from receiver.status import STATUS_FOR_EVENT
-from receiver.transitions import State, make_state, order, read_event
+import receiver.core.guard as guard
+import receiver.core.transitions as transitions
+from receiver.core.guard import ADOPTED, Arrival, CutOver, Projected, decide
+from receiver.core.status import STATUS_FOR_EVENT
+from receiver.core.transitions import State, make_state, order, read_event
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -306,7 +307,7 @@ def test_a_recovered_dispute_lost_after_a_delivered_won_is_dispatched() -> None:
 
 
 def test_the_diff_recovers_a_later_decided_state_rather_than_calling_it_local_ahead() -> None:
-    from reconcile import diff
+    import reconcile.core.diff as diff
 
     remote = diff.read_remote(
         "dispute",

@@ -1,0 +1,1 @@
+"""Data at rest, over storage: key rotation, retention, and the rejected-deliveries log."""

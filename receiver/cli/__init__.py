@@ -1,0 +1,1 @@
+"""The ``hookledger`` command (entry point :func:`receiver.cli.commands.main`)."""

@@ -1,0 +1,131 @@
+"""Configuration: read when ``init_app`` runs (or a command starts), never at import time.
+
+Every key can be set in ``app.config`` with the ``HOOKLEDGER_`` prefix or in the environment
+under the same name; ``app.config`` wins, explicit keyword arguments win over both.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from receiver.config.data_at_rest import DOCUMENTED as DATA_AT_REST_DOCUMENTED
+from receiver.config.data_at_rest import DataAtRest
+from receiver.core.errors import ConfigurationError
+from receiver.core.headers import DEFAULT_STORED_HEADERS, parse_header_names
+from receiver.core.signature import Secret, parse_secrets
+
+PREFIX = "HOOKLEDGER_"
+
+#: Set by the read-only commands (``hookledger events``, ``show``, ``status``...), which never
+#: verify a signature: there a missing HOOKLEDGER_SECRETS is no error.
+SECRETS_OPTIONAL: ContextVar[bool] = ContextVar("hookledger_secrets_optional", default=False)
+
+#: Setting name -> (environment variable, help) for ``--help`` texts and the README.
+DOCUMENTED: Mapping[str, str] = {
+    "DATABASE_URL": "SQLAlchemy URL (default: SQLite hookledger.sqlite3 in the instance folder)",
+    "SECRETS": "webhook signing secrets, 'id:secret,id2:secret2' (required)",
+    "MAX_BODY_BYTES": "largest accepted webhook body in bytes (default 1048576)",
+    "URL_PREFIX": "where the blueprint is mounted (default /webhooks)",
+    "LEASE_SECONDS": "worker lease on an event, renewed while handlers run (default 60)",
+    "POLL_INTERVAL": "worker sleep when idle, seconds (default 0.5)",
+    "BATCH_SIZE": "events a worker claims and commits together (default 64)",
+    "MAX_ATTEMPTS": "attempts before an event is dead-lettered (default 8)",
+    "BACKOFF_BASE": "first retry delay in seconds, doubled each attempt (default 2)",
+    "BACKOFF_MAX": "largest retry delay in seconds (default 3600)",
+    "SQLITE_BUSY_TIMEOUT": "seconds a SQLite writer waits for the lock before a 503 (default 5)",
+    "DEFER_LIMIT": "seconds after receipt an event may still be deferred by a handler "
+    "(default 86400), then it is dead-lettered",
+    "AUTO_MIGRATE": "apply hookledger's migrations in init_app (default off; for development)",
+    "STORED_HEADERS": "request headers stored with each webhook besides "
+    + ", ".join(sorted(DEFAULT_STORED_HEADERS))
+    + " (comma-separated names; all others are dropped before storage)",
+    **DATA_AT_REST_DOCUMENTED,
+}
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    database_url: str
+    secrets: tuple[Secret, ...] = field(repr=False)
+    max_body_bytes: int = 1_048_576
+    url_prefix: str = "/webhooks"
+    lease_seconds: float = 60.0
+    poll_interval: float = 0.5
+    batch_size: int = 64
+    max_attempts: int = 8
+    backoff_base: float = 2.0
+    backoff_max: float = 3600.0
+    sqlite_busy_timeout: float = 5.0
+    defer_limit: float = 86_400.0
+    auto_migrate: bool = False
+    #: Header names (lower case) stored besides
+    #: :data:`receiver.core.headers.DEFAULT_STORED_HEADERS`.
+    stored_headers: tuple[str, ...] = ()
+    #: Data keys, retention, the rejected-deliveries log, the maximum event age.
+    data: DataAtRest = field(default_factory=DataAtRest)
+
+    @classmethod
+    def resolve(
+        cls,
+        config: Mapping[str, Any],
+        overrides: Mapping[str, Any],
+        *,
+        default_database_url: str,
+        environ: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Merge ``overrides`` > ``config`` (``HOOKLEDGER_*`` keys) > environment > defaults."""
+        env = os.environ if environ is None else environ
+
+        def get(key: str, default: Any = None) -> Any:
+            lower = key.lower()
+            if overrides.get(lower) is not None:
+                return overrides[lower]
+            if config.get(PREFIX + key) is not None:
+                return config[PREFIX + key]
+            return env.get(PREFIX + key, default)
+
+        secrets = parse_secrets(get("SECRETS"))
+        if not secrets and not SECRETS_OPTIONAL.get():
+            raise ConfigurationError(
+                "no webhook secret configured: set HOOKLEDGER_SECRETS (for example "
+                "'primary:<payment_response_hash_key>'); verification cannot be turned off"
+            )
+        try:
+            settings = cls(
+                database_url=str(get("DATABASE_URL", default_database_url)),
+                secrets=secrets,
+                max_body_bytes=int(get("MAX_BODY_BYTES", 1_048_576)),
+                url_prefix=str(get("URL_PREFIX", "/webhooks")),
+                lease_seconds=float(get("LEASE_SECONDS", 60.0)),
+                poll_interval=float(get("POLL_INTERVAL", 0.5)),
+                batch_size=int(get("BATCH_SIZE", 64)),
+                max_attempts=int(get("MAX_ATTEMPTS", 8)),
+                backoff_base=float(get("BACKOFF_BASE", 2.0)),
+                backoff_max=float(get("BACKOFF_MAX", 3600.0)),
+                sqlite_busy_timeout=float(get("SQLITE_BUSY_TIMEOUT", 5.0)),
+                defer_limit=float(get("DEFER_LIMIT", 86_400.0)),
+                auto_migrate=_bool(get("AUTO_MIGRATE", False)),
+                stored_headers=parse_header_names(get("STORED_HEADERS")),
+                data=DataAtRest.resolve(get),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"invalid hookledger setting: {exc}") from exc
+        if settings.max_body_bytes <= 0 or settings.lease_seconds <= 0:
+            raise ConfigurationError("MAX_BODY_BYTES and LEASE_SECONDS must be positive")
+        if not 1 <= settings.batch_size <= 1000:
+            raise ConfigurationError("BATCH_SIZE must be between 1 and 1000")
+        if settings.defer_limit < 0:
+            raise ConfigurationError("DEFER_LIMIT must not be negative")
+        if settings.max_attempts < 1:
+            raise ConfigurationError("MAX_ATTEMPTS must be at least 1")
+        return settings

@@ -1,0 +1,3 @@
+"""Storage: the tables and their migrations, the SQL that differs per database, and every
+statement hookledger runs (receive, claim, dispatch, operator actions and reads).
+"""

@@ -1,0 +1,363 @@
+"""Dispatch: the guard, the handlers, the ledger and the outcomes of claimed events, in one
+transaction per batch.
+
+For each claimed event the guard decides first (:func:`receiver.core.guard.decide`, pure); then
+each handler that has not yet succeeded runs, a handler that takes the session inside a
+savepoint of its own; the ledger rows, transitions, projections and the events' outcomes are
+written in the same transaction, only while the worker still holds the events' leases.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+import receiver.core.guard as guard
+from receiver.core.clock import as_utc
+from receiver.core.defer import Defer
+from receiver.core.retry import RetryPolicy
+from receiver.core.transitions import Reading, make_state, read_event
+from receiver.storage.context import Storage, is_unavailable
+from receiver.storage.operator_actions import read_cutover
+from receiver.storage.queue import Claimed
+from receiver.storage.sealed_columns import seal_outcomes
+from receiver.storage.sql import Outcomes
+from receiver.storage.tables import DEFERRED_PREFIX, EventStatus, Source
+
+log = logging.getLogger("receiver.store")
+
+#: A handler as the store runs it: (ledger name, call with the session, needs the session).
+HandlerCall = tuple[str, Callable[[Session], None], bool]
+
+
+class _LeaseLost(Exception):
+    """Another worker holds the lease now: roll back."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Work:
+    """A claimed event and the handlers to run for it."""
+
+    claimed: Claimed
+    handlers: Sequence[HandlerCall]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    """What :meth:`Dispatcher.dispatch` did: the status written (or ``lease_lost``)."""
+
+    status: str
+    ran: tuple[str, ...]
+    failures: tuple[str, ...]
+
+
+GuardState = tuple[
+    dict[tuple[Any, Any, Any], int],
+    dict[tuple[Any, Any], guard.Projected],
+    dict[int, set[str]],
+]
+
+
+class Dispatcher:
+    """Runs claimed events' handlers and records what happened, on one :class:`Storage`."""
+
+    def __init__(
+        self, storage: Storage, *, retry: RetryPolicy, rng: random.Random | None = None
+    ) -> None:
+        self.storage = storage
+        self.retry = retry
+        self._rng = rng or random.Random()
+        self._sql = storage.sql
+
+    def __repr__(self) -> str:
+        return f"Dispatcher(dialect={self._sql.name!r})"
+
+    def dispatch(self, claimed: Claimed, handlers: Sequence[HandlerCall]) -> Outcome:
+        """Process one claimed event (see :meth:`dispatch_many`)."""
+        return self.dispatch_many([Work(claimed=claimed, handlers=handlers)])[0]
+
+    def dispatch_many(self, works: Sequence[Work]) -> list[Outcome]:
+        """Process claimed events (of distinct objects) in ONE transaction.
+
+        For each event the guard decides first (:func:`receiver.core.guard.decide`); then each
+        handler that has not yet succeeded runs, a handler that takes the session inside a
+        savepoint of its own; the ledger rows, transitions, projections and the events'
+        outcomes are written in the same transaction. A handler's writes through the session
+        therefore commit exactly once, together with its ledger row. If any lease was lost
+        meanwhile (another worker took over after expiry), the transaction is rolled back
+        and the events are retried one by one, so only the event whose lease was lost is
+        dropped (it belongs to the other worker now).
+        """
+        if not works:
+            return []
+        try:
+            return self._dispatch_together(works)
+        except _LeaseLost:
+            if len(works) == 1:
+                log.warning(
+                    "lease lost before the event was finished; its work is rolled back",
+                    extra={
+                        "action": "lease_lost",
+                        "event_id": works[0].claimed.event_id,
+                        "event_type": works[0].claimed.event_type,
+                    },
+                )
+                return [Outcome(status="lease_lost", ran=(), failures=())]
+            return [self.dispatch_many([work])[0] for work in works]
+
+    def finish(self, claimed: Claimed, *, status: str, error: str | None = None) -> str | None:
+        """Close a claimed event outside :meth:`dispatch` (an unparseable body, for example);
+        returns the status written, or ``None`` when the lease was lost."""
+        now = self.storage.now()
+        final = self._final(claimed, status, error, now)
+        try:
+            with self.storage.engine.begin() as conn:
+                written = seal_outcomes(self.storage.keyring, Outcomes(finals=[final]))
+                if not self._sql.write_outcomes(conn, written, now):
+                    raise _LeaseLost()
+        except _LeaseLost:
+            return None
+        return str(final["b_status"])
+
+    # -- one batch ------------------------------------------------------------------------
+
+    def _dispatch_together(self, works: Sequence[Work]) -> list[Outcome]:
+        now = self.storage.now()
+        outcomes: list[Outcome] = []
+        transitions: list[dict[str, Any]] = []
+        projections: list[dict[str, Any]] = []
+        ledger: list[dict[str, Any]] = []
+        finals: list[dict[str, Any]] = []
+        with Session(self.storage.engine) as session:
+            with session.begin():
+                conn = session.connection()
+                owners, currents, done = self._load_guard_state(conn, works)
+                cutover = read_cutover(conn)
+                for work in works:
+                    c = work.claimed
+                    reading = _reading(c)
+                    key = reading.state.key if reading.state is not None else None
+                    verdict = guard.decide(
+                        event_pk=c.pk,
+                        incoming=reading.state,
+                        event_time=c.event_time,
+                        replay=c.replay_of is not None,
+                        transition_owner=owners.get((c.object_kind, c.object_id, key)),
+                        current=currents.get((c.object_kind, c.object_id)),
+                        note=reading.note,
+                        cutover=cutover,
+                        arrival=guard.Arrival(
+                            source=c.source,
+                            received_at=as_utc(c.received_at),
+                            historical=c.source in Source.HISTORICAL,
+                        ),
+                    )
+                    if verdict.claim is not None:
+                        transitions.append(
+                            {
+                                "object_kind": c.object_kind,
+                                "object_id": c.object_id,
+                                "state": verdict.claim,
+                                "event_pk": c.pk,
+                                "created_at": now,
+                            }
+                        )
+                    if verdict.projection is not None:
+                        projections.append(
+                            {
+                                "object_kind": c.object_kind,
+                                "object_id": c.object_id,
+                                "status": verdict.projection.status,
+                                "stage": verdict.projection.stage,
+                                "event_time": c.event_time,
+                                "object_created_at": c.object_created_at,
+                                "event_pk": c.pk,
+                                "updated_at": now,
+                            }
+                        )
+                    if verdict.decision != "dispatch":
+                        finals.append(self._final(c, verdict.decision, verdict.reason, now))
+                        outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
+                        continue
+                    ran, failures, deferrals = self._run_handlers(
+                        session, c, work.handlers, done.get(c.pk, set()), ledger, now
+                    )
+                    if failures:
+                        final = self._final(c, "failed", "\n".join(failures), now)
+                    elif deferrals:
+                        final = self._deferred(c, deferrals, now)
+                    else:
+                        final = self._final(c, EventStatus.DONE, None, now)
+                    finals.append(final)
+                    label = "deferred" if deferrals and not failures else final["b_status"]
+                    if label == "deferred" and final["b_status"] == EventStatus.DEAD:
+                        label = EventStatus.DEAD
+                    outcomes.append(Outcome(status=label, ran=ran, failures=failures))
+                written = Outcomes(
+                    transitions=transitions,
+                    projections=projections,
+                    ledger=ledger,
+                    finals=finals,
+                )
+                written = seal_outcomes(self.storage.keyring, written)  # error texts
+                if not self._sql.write_outcomes(conn, written, self.storage.now()):
+                    raise _LeaseLost()  # rolls back the handlers' writes too
+        return outcomes
+
+    def _load_guard_state(self, conn: Connection, works: Sequence[Work]) -> GuardState:
+        """What the guard needs of a batch's objects: the owners of the incoming states'
+        transitions, the objects' projections, and each event's handlers that succeeded."""
+        guarded = [w.claimed for w in works if w.claimed.object_kind and w.claimed.object_id]
+        wanted: set[tuple[str, str, str]] = {
+            (c.object_kind or "", c.object_id or "", reading.state.key)
+            for c in guarded
+            if (reading := _reading(c)).state is not None
+        }
+        owners: dict[tuple[Any, Any, Any], int] = dict(self._sql.transition_owners(conn, wanted))
+        objects = {(c.object_kind or "", c.object_id or "") for c in guarded}
+        currents: dict[tuple[Any, Any], guard.Projected] = {
+            (r[0], r[1]): guard.Projected(
+                state=make_state(r[0], r[2], r[3]), event_time=r[4], event_pk=int(r[5])
+            )
+            for r in self._sql.projections(conn, objects)
+        }
+        done = self._sql.succeeded_handlers(conn, [w.claimed.pk for w in works])
+        return owners, currents, done
+
+    def _run_handlers(
+        self,
+        session: Session,
+        claimed: Claimed,
+        handlers: Sequence[HandlerCall],
+        done: set[str],
+        ledger: list[dict[str, Any]],
+        now: datetime,
+    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[Defer, ...]]:
+        ran: list[str] = []
+        failures: list[str] = []
+        deferrals: list[Defer] = []
+        for name, call, needs_session in handlers:
+            if name in done:
+                continue
+            # Only a handler that writes through the session needs a savepoint to undo.
+            savepoint = session.begin_nested() if needs_session else None
+            try:
+                call(session)
+                if savepoint is not None:
+                    session.flush()
+            except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+                if isinstance(exc, DBAPIError) and is_unavailable(exc):
+                    raise  # the database failed, not the handler: abort the batch
+                if savepoint is not None:
+                    savepoint.rollback()
+                if isinstance(exc, Defer):
+                    ledger.append(_ledger_row(claimed.pk, name, "deferred", exc.reason, now))
+                    deferrals.append(exc)
+                    continue
+                ledger.append(_ledger_row(claimed.pk, name, "failed", _describe(exc), now))
+                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+            else:
+                if savepoint is not None:
+                    savepoint.commit()
+                ledger.append(_ledger_row(claimed.pk, name, "succeeded", None, now))
+                ran.append(name)
+        return tuple(ran), tuple(failures), tuple(deferrals)
+
+    # -- how a claimed event is closed ----------------------------------------------------
+
+    def _deferred(
+        self, claimed: Claimed, deferrals: Sequence[Defer], now: datetime
+    ) -> dict[str, Any]:
+        """Close an event a handler deferred: due again later, the attempt given back; past
+        the deferral limit (from its receipt), dead-lettered with the reason."""
+        reason = "; ".join(dict.fromkeys(d.reason for d in deferrals))
+        due = now + timedelta(seconds=max(d.seconds for d in deferrals))
+        limit = as_utc(claimed.received_at) + timedelta(seconds=self.retry.defer_limit_seconds)
+        if due > limit:
+            log.error(
+                "event dead-lettered: still deferred after the limit of %g s",
+                self.retry.defer_limit_seconds,
+                extra={
+                    "action": "dead_letter",
+                    "event_id": claimed.event_id,
+                    "event_type": claimed.event_type,
+                },
+            )
+            final = self._final(claimed, EventStatus.DEAD, None, now)
+            final["b_error"] = (
+                f"deferred past the limit of {self.retry.defer_limit_seconds:g} s: {reason}"
+            )
+            return final
+        final = self._final(claimed, EventStatus.PENDING, f"{DEFERRED_PREFIX}{reason}", now)
+        final.update(b_next=due, b_undo=1)
+        return final
+
+    def _final(
+        self, claimed: Claimed, status: str, error: str | None, now: datetime
+    ) -> dict[str, Any]:
+        """The row update that closes a claimed event (``b_`` keys, see
+        :class:`receiver.storage.sql.Outcomes`)."""
+        next_attempt = now
+        if status == "failed":
+            if claimed.attempts >= self.retry.max_attempts:
+                status = EventStatus.DEAD
+                log.error(
+                    "event dead-lettered after %d attempts",
+                    claimed.attempts,
+                    extra={
+                        "action": "dead_letter",
+                        "event_id": claimed.event_id,
+                        "event_type": claimed.event_type,
+                    },
+                )
+            else:
+                status = EventStatus.PENDING
+                delay = self.retry.delay(claimed.attempts, self._rng)
+                next_attempt = now + timedelta(seconds=delay)
+        finished = status in EventStatus.TERMINAL and status != EventStatus.DEAD
+        return {
+            "b_id": claimed.pk,
+            "b_owner": claimed.owner,
+            "b_key": claimed.object_key,
+            "b_status": status,
+            "b_error": error,
+            "b_next": next_attempt,
+            "b_processed": now if finished else None,
+            "b_undo": 0,
+        }
+
+
+def _reading(claimed: Claimed) -> Reading:
+    """The state a claimed event reports (see :func:`receiver.core.transitions.read_event`)."""
+    if claimed.object_kind is None or claimed.object_id is None:
+        return Reading(None)
+    return read_event(
+        claimed.object_kind, claimed.event_type, claimed.object_status, claimed.object_stage
+    )
+
+
+def _ledger_row(
+    event_pk: int, handler: str, status: str, error: str | None, now: datetime
+) -> dict[str, Any]:
+    return {
+        "event_pk": event_pk,
+        "handler": handler,
+        "status": status,
+        "attempts": 1,
+        "last_error": error,
+        "updated_at": now,
+    }
+
+
+def _describe(exc: BaseException, limit: int = 4000) -> str:
+    text_ = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text_[-limit:]

@@ -1,0 +1,524 @@
+"""Receive: store a delivery durably, once, and answer only after the commit.
+
+Dedupe is the unique constraint on ``event_id`` with ``INSERT ... ON CONFLICT DO NOTHING``
+(race-safe across processes and hosts, never check-then-insert). The same ``event_id`` with a
+different body is kept in the conflicts table and flagged. Of the request headers only an
+allowlist is kept (:mod:`receiver.core.headers`), the rest dropped before the row is built. The
+threads of one process that store deliveries at the same moment share one write
+(:mod:`receiver.storage.groupcommit`): on SQLite one transaction, and the web processes of one host
+queue on a file lock (:mod:`receiver.storage.filelock`), not in SQLite's sleeping busy handler; on
+PostgreSQL one statement that is its own transaction (insert-or-ignore of the batch, answering
+the stored row's hash for those already there): one round trip and one commit for the batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, select
+from sqlalchemy.exc import DBAPIError
+
+from receiver.core.clock import as_utc
+from receiver.core.errors import StorageUnavailable
+from receiver.core.events import Event
+from receiver.core.headers import DEFAULT_STORED_HEADERS, clean_headers
+from receiver.storage.context import Storage, is_unavailable, unavailable
+from receiver.storage.filelock import WritersLock
+from receiver.storage.groupcommit import GroupCommit
+from receiver.storage.sealed_columns import same_body, seal_event_row
+from receiver.storage.sql.base import Stored
+from receiver.storage.sql.tables import CONFLICT, EVENT
+from receiver.storage.tables import EventStatus, Source
+
+log = logging.getLogger("receiver.store")
+
+#: Beside a SQLite database file: the lock its web processes take to write (an empty file).
+WRITERS_LOCK_SUFFIX = "-hookledger-writers"
+
+InsertResult = Literal["inserted", "duplicate", "conflict"]
+
+#: PostgreSQL: whether the threads of a process share one statement per batch (group
+#: commit). Off: measured slower (bench/HISTORY.md). PostgreSQL already
+#: merges the WAL flushes of concurrent sessions' commits; queueing a process's threads
+#: behind one batch in flight cut the sessions writing at once from 8 to 2, and under load
+#: the receive rate fell below the yardstick's half (p99 in seconds).
+PG_GROUP_COMMIT = False
+
+#: SQLite: the stored rows of some event ids (``{}``: one ``?`` per id).
+_STORED_SQL = (
+    "SELECT event_id, id, body_sha256, key_id FROM hookledger_event WHERE event_id IN ({})"
+)
+
+#: Sources whose event ids hookledger derives from the transition (not the processor's ids).
+_DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Inserted:
+    """What :meth:`Inbox.insert` did with a delivery."""
+
+    result: InsertResult
+    pk: int
+
+
+def body_sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def event_row(
+    event: Event,
+    body: bytes,
+    now: datetime,
+    *,
+    headers: str,
+    secret_id: str | None,
+    source: str,
+    replay_of: int | None,
+) -> dict[str, Any]:
+    """The inbox row of a delivery (``headers``: as :func:`clean_headers` stores them)."""
+    if source not in Source.ALL:
+        raise ValueError(f"unknown source {source!r}")
+    ref = event.object_ref
+    if ref is not None and ref.object_id:
+        kind: str | None = ref.kind
+        object_id: str | None = ref.object_id
+        object_key = f"{ref.kind}:{ref.object_id}"
+        object_status = ref.status
+        object_stage = ref.stage
+    else:
+        kind = object_id = object_status = object_stage = None
+        object_key = f"event:{event.event_id}"
+    return dict(
+        event_id=event.event_id,
+        source=source,
+        merchant_id=_clip(event.merchant_id, 255),
+        event_type=_clip(event.event_type, 64),
+        content_type=_clip(event.content_type, 64),
+        object_kind=kind,
+        object_id=_clip(object_id, 255),
+        object_status=_clip(object_status, 64),
+        object_stage=_clip(object_stage, 64),
+        object_key=object_key[:300],
+        event_time=as_utc(event.timestamp) if event.timestamp else now,
+        object_created_at=event.object.created_time if event.object is not None else None,
+        received_at=now,
+        body=body,
+        headers=headers,
+        body_sha256=body_sha256(body),
+        secret_id=secret_id,
+        replay_of=replay_of,
+        status=EventStatus.PENDING,
+        attempts=0,
+        next_attempt_at=now,
+    )
+
+
+class Inbox:
+    """Insert-or-ignore of deliveries, webhooks and synthesised events alike."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        write_wait: float = 5.0,
+        headers: frozenset[str] = DEFAULT_STORED_HEADERS,
+    ) -> None:
+        """``write_wait``: on SQLite, how long a delivery waits for this process's other
+        threads' inserts before it gives up with :class:`StorageUnavailable`. ``headers``:
+        the request headers kept with each delivery (see :func:`stored_headers`)."""
+        self.storage = storage
+        self.headers = headers
+        sql = storage.sql
+        self._sql = sql
+        self._write_wait = write_wait
+        #: This process's threads write through one queue (group commit). SQLite: woken as
+        #: soon as the writer is free, rather than each in SQLite's busy handler, which polls
+        #: with sleeps of up to 100 ms (that sleeping was the receive path's tail latency).
+        #: PostgreSQL (if :data:`PG_GROUP_COMMIT`): one statement per batch; otherwise each
+        #: thread's delivery is one statement of its own (one round trip, no BEGIN/COMMIT).
+        group = sql.single_writer or (sql.one_statement_batches and PG_GROUP_COMMIT)
+        self._group: GroupCommit[dict[str, Any], Inserted] | None = (
+            GroupCommit(self._insert_batch) if group else None
+        )
+        #: PostgreSQL: a batch is one statement, its own transaction (no BEGIN, no COMMIT).
+        self._autocommit = storage.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._insert_conflict = sql.insert(CONFLICT).on_conflict_do_nothing(
+            index_elements=["event_id", "body_sha256"]
+        )
+        #: SQLite file: the web processes of this host queue for writing on a file lock,
+        #: not in SQLite's sleeping busy handler (see :mod:`receiver.storage.filelock`).
+        engine = storage.engine
+        database = engine.url.database if sql.single_writer else None
+        self._writers = (
+            WritersLock(database + WRITERS_LOCK_SUFFIX)
+            if database and database != ":memory:" and not database.startswith("file:")
+            else None
+        )
+
+    def __repr__(self) -> str:
+        return f"Inbox(dialect={self._sql.name!r})"
+
+    def insert(
+        self,
+        event: Event,
+        body: bytes,
+        *,
+        headers: Iterable[tuple[str, str]] = (),
+        secret_id: str | None = None,
+        source: str = Source.WEBHOOK,
+        replay_of: int | None = None,
+    ) -> Inserted:
+        """Store a delivery durably; return after commit.
+
+        A new ``event_id`` is inserted; the same ``event_id`` with the same body is a
+        duplicate; with a different body it is kept in the conflicts table and flagged.
+        Raises :class:`StorageUnavailable` when the database cannot be reached.
+
+        Deliveries stored by this process's threads at the same moment share one write and
+        one commit (:mod:`receiver.storage.groupcommit`); each still gets its own answer, and only
+        after the commit.
+        """
+        values = self.row(
+            event, body, headers=headers, secret_id=secret_id, source=source, replay_of=replay_of
+        )
+        if self._group is None:
+            outcome = self._insert_batch([values])[0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        try:
+            return self._group.submit(values, timeout=self._write_wait)
+        except TimeoutError:
+            log.error("webhook not stored: the database stayed locked", extra={"action": "busy"})
+            raise StorageUnavailable() from None
+
+    def insert_on(
+        self,
+        conn: Connection,
+        event: Event,
+        body: bytes,
+        *,
+        source: str,
+        headers: Iterable[tuple[str, str]] = (),
+        secret_id: str | None = None,
+    ) -> Inserted:
+        """Store a delivery on ``conn``, inside the caller's transaction (it commits, or rolls
+        back, with the caller's own writes). Same dedupe and conflict rules as :meth:`insert`."""
+        values = self.row(event, body, headers=headers, secret_id=secret_id, source=source)
+        return self._insert_one(conn, values)
+
+    def insert_synthesised(
+        self,
+        events: Sequence[tuple[Event, bytes]],
+        *,
+        source: str = Source.RECONCILE,
+        unless_queued: bool = False,
+    ) -> dict[str, str]:
+        """Insert the reconciler's synthesised events in one transaction (insert-or-ignore).
+
+        Returns ``{event_id: "inserted" | <status of the row already there>}``. A synthesised
+        id is deterministic per transition while the remote object's body may have changed
+        since (a later refund, say), so a different body under a known id is no conflict.
+        With ``unless_queued``, an event whose object already has an event waiting in the
+        inbox (pending or being processed) is not inserted but answered ``"queued"``: what the
+        worker does next may settle the object (checked in the same transaction).
+        """
+        if not events:
+            return {}
+        now = self.storage.now()
+        rows = [self.row(e, b, source=source, now=now) for e, b in events]
+        try:
+            with self.storage.engine.begin() as conn:
+                waiting: set[str] = set()
+                if unless_queued:
+                    waiting = self._sql.waiting_objects(
+                        conn, sorted({r["object_key"] for r in rows})
+                    )
+                queued = {r["event_id"] for r in rows if r["object_key"] in waiting}
+                rows = [r for r in rows if r["event_id"] not in queued]
+                inserted = self._sql.insert_events(conn, rows) if rows else set()
+                others = [r["event_id"] for r in rows if r["event_id"] not in inserted]
+                found: dict[str, str] = {}
+                if others:
+                    found = {
+                        r[0]: r[1]
+                        for r in conn.execute(
+                            select(EVENT.c.event_id, EVENT.c.status).where(
+                                self._sql.among(EVENT.c.event_id, others)
+                            )
+                        )
+                    }
+        except DBAPIError as exc:
+            if not is_unavailable(exc):
+                raise
+            raise StorageUnavailable() from exc
+        answers = {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
+        answers.update(dict.fromkeys(queued, "queued"))
+        return answers
+
+    def waiting(self, object_keys: Iterable[str]) -> set[str]:
+        """Those of ``object_keys`` (``kind:id``) with an event open in the inbox."""
+        keys = sorted(set(object_keys))
+        if not keys:
+            return set()
+        with self.storage.deferred.connect() as conn:
+            return self._sql.waiting_objects(conn, keys)
+
+    def row(
+        self,
+        event: Event,
+        body: bytes,
+        *,
+        headers: Iterable[tuple[str, str]] = (),
+        secret_id: str | None = None,
+        source: str = Source.WEBHOOK,
+        replay_of: int | None = None,
+        now: datetime | None = None,
+    ) -> dict[str, Any]:
+        """The inbox row of a delivery, as :meth:`insert` writes it (sealed with the primary
+        data key, if one is configured: see :mod:`receiver.storage.sealed_columns`)."""
+        values = event_row(
+            event,
+            body,
+            self.storage.now() if now is None else now,
+            headers=clean_headers(headers, self.headers),
+            secret_id=secret_id,
+            source=source,
+            replay_of=replay_of,
+        )
+        return seal_event_row(self.storage.keyring, values)
+
+    # -- the write path -------------------------------------------------------------------
+
+    def _insert_together(self, rows: list[dict[str, Any]]) -> list[Inserted]:
+        """Insert deliveries in one transaction (see :meth:`insert`)."""
+        if self._writers is None:
+            return self._insert_transaction(rows)
+        try:
+            with self._writers.hold(self._write_wait):
+                return self._insert_transaction(rows)
+        except OSError as exc:  # the lock stayed taken, or its file cannot be opened
+            raise StorageUnavailable() from exc
+
+    def _insert_transaction(self, rows: list[dict[str, Any]]) -> list[Inserted]:
+        try:
+            with self.storage.deferred.begin() as conn:
+                return [self._insert_one(conn, values) for values in rows]
+        except DBAPIError as exc:
+            if not is_unavailable(exc):
+                raise
+            raise StorageUnavailable() from exc
+
+    def _insert_batch(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """:class:`GroupCommit`'s writer: one write for the batch; if it fails for a reason
+        other than the database being unavailable, each delivery is tried alone, so one bad
+        delivery cannot fail the others."""
+        try:
+            if self._sql.one_statement_batches:
+                return self._insert_deliveries(rows)
+            if self._sql.single_writer:
+                return self._insert_unless_stored(rows)
+            return list(self._insert_together(rows))
+        except StorageUnavailable as exc:
+            return [unavailable(exc.__cause__) for _ in rows]
+        except Exception as exc:  # noqa: BLE001 - isolated below, or that delivery's error
+            if len(rows) == 1:
+                return [exc]
+        outcomes: list[Inserted | BaseException] = []
+        for values in rows:
+            outcomes.extend(self._insert_batch([values]))
+        return outcomes
+
+    def _insert_unless_stored(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """SQLite: a duplicate (its event id stored, its body the same) is answered from a
+        read of the committed rows, which takes no lock (a WAL snapshot: a row there is
+        committed, with ``synchronous=FULL`` durably); the rest are written, under the write
+        lock, by the insert-or-ignore that decides (a row committed since the read is found
+        there)."""
+        event_ids = sorted({values["event_id"] for values in rows})
+        try:
+            with self.storage.deferred.connect() as conn:
+                # On the driver: no transaction to begin and end for one read.
+                cursor = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
+                    _STORED_SQL.format(", ".join("?" * len(event_ids))), event_ids
+                )
+                known = {r[0]: Stored(int(r[1]), r[2], r[3]) for r in cursor.fetchall()}
+        except (sqlite3.Error, DBAPIError):
+            known = {}  # the write below decides, and reports an outage
+        outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
+        write: list[int] = []
+        for index, values in enumerate(rows):
+            stored = known.get(values["event_id"])
+            if stored is not None and self._judge(values, stored) == "duplicate":
+                outcomes[index] = Inserted(result="duplicate", pk=stored.pk)
+            else:
+                write.append(index)
+        if write:
+            written = self._insert_together([rows[i] for i in write])
+            for index, outcome in zip(write, written, strict=True):
+                outcomes[index] = outcome
+        return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
+
+    def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
+        pk = self._sql.inserted_pk(conn.execute(self._sql.insert_event, values))
+        if pk is not None:
+            return Inserted(result="inserted", pk=pk)
+        stored = self._stored(conn, [values["event_id"]])[values["event_id"]]
+        result = self._judge(values, stored)
+        if result == "conflict":
+            conn.execute(self._insert_conflict, conflict_row(values))
+            _log_conflict(values)
+        return Inserted(result=result, pk=stored.pk)
+
+    def _judge(self, values: dict[str, Any], stored: Stored) -> InsertResult:
+        """A delivery whose event id is already stored: a duplicate, or a conflict (the same
+        id with a different body)."""
+        if values["source"] in _DERIVED:
+            # An observed or synthesised event's id is deterministic per transition while
+            # the object's body may have changed since: the same transition, no conflict.
+            return "duplicate"
+        same = same_body(self.storage.keyring, stored.key_id, stored.body_sha256, values)
+        if same is None:
+            log.warning(
+                "event_id delivered again; its stored body hash is keyed with data key %r, "
+                "which is not configured: taken as a duplicate",
+                stored.key_id,
+                extra={"action": "duplicate_uncompared", "event_id": values["event_id"]},
+            )
+        return "conflict" if same is False else "duplicate"
+
+    # -- PostgreSQL: a batch is one statement ---------------------------------------------
+
+    def _insert_deliveries(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """A batch in one statement (its own transaction). A delivery whose event id came
+        earlier in the same batch is written after it, so it is answered as the duplicate (or
+        conflict) it is."""
+        seen: set[str] = set()
+        first: list[int] = []
+        again: list[int] = []
+        for index, values in enumerate(rows):
+            (again if values["event_id"] in seen else first).append(index)
+            seen.add(values["event_id"])
+        outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
+        for index, outcome in zip(
+            first, self._write_deliveries([rows[i] for i in first]), strict=True
+        ):
+            outcomes[index] = outcome
+        if again:
+            try:
+                later = self._insert_deliveries([rows[i] for i in again])
+            except Exception as exc:  # noqa: BLE001 - theirs alone: the first ones committed
+                error = _storage_error(exc)
+                later = [error] * len(again)
+            for index, outcome in zip(again, later, strict=True):
+                outcomes[index] = outcome
+        return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
+
+    def _write_deliveries(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        """Deliveries with distinct event ids: one insert-or-ignore statement, then, only for
+        conflicts (rare), one statement storing them. Raises :class:`StorageUnavailable`
+        when the database cannot be reached (nothing was written then).
+
+        No pre-ping: a pooled connection that died while idle fails the statement, which
+        is then run once more on a new connection (safe: the statement is its own
+        transaction and idempotent; had the lost attempt committed, the delivery is answered
+        as a duplicate of itself, acknowledged all the same)."""
+        for attempt in (1, 2):
+            try:
+                with self._autocommit.connect() as conn:
+                    written = self._sql.insert_deliveries(conn, rows)
+                    missing = [
+                        v["event_id"]
+                        for v in rows
+                        if v["event_id"] not in written.inserted
+                        and v["event_id"] not in written.found
+                    ]
+                    if missing:  # committed by another session while the statement ran
+                        written.found.update(self._stored(conn, missing))
+                break
+            except DBAPIError as exc:
+                if attempt == 1 and exc.connection_invalidated:
+                    log.warning(
+                        "database connection lost; writing the deliveries again on a new one",
+                        extra={"action": "reconnect"},
+                    )
+                    continue
+                if not is_unavailable(exc):
+                    raise
+                raise StorageUnavailable() from exc
+        outcomes: list[Inserted | BaseException] = []
+        conflicts: list[int] = []
+        for values in rows:
+            event_id = values["event_id"]
+            pk = written.inserted.get(event_id)
+            if pk is not None:
+                outcomes.append(Inserted(result="inserted", pk=pk))
+                continue
+            stored = written.found.get(event_id)
+            if stored is None:  # neither inserted nor there (deleted meanwhile): not stored
+                outcomes.append(StorageUnavailable())
+                continue
+            result = self._judge(values, stored)
+            if result == "conflict":
+                conflicts.append(len(outcomes))
+            outcomes.append(Inserted(result=result, pk=stored.pk))
+        if conflicts:
+            try:
+                with self._autocommit.connect() as conn:
+                    conn.execute(self._insert_conflict, [conflict_row(rows[i]) for i in conflicts])
+            except Exception as exc:  # noqa: BLE001 - the conflicts' alone: the rest committed
+                error = _storage_error(exc)
+                for index in conflicts:
+                    outcomes[index] = error
+            else:
+                for index in conflicts:
+                    _log_conflict(rows[index])
+        return outcomes
+
+    def _stored(self, conn: Connection, event_ids: list[str]) -> dict[str, Stored]:
+        query = select(EVENT.c.event_id, EVENT.c.id, EVENT.c.body_sha256, EVENT.c.key_id).where(
+            self._sql.among(EVENT.c.event_id, event_ids)
+        )
+        return {r[0]: Stored(int(r[1]), r[2], r[3]) for r in conn.execute(query)}
+
+
+def conflict_row(values: dict[str, Any]) -> dict[str, Any]:
+    """The conflicts-table row of a delivery (``values``: its inbox row, sealed as stored)."""
+    return dict(
+        event_id=values["event_id"],
+        source=values["source"],
+        body=values["body"],
+        headers=values["headers"],
+        body_sha256=values["body_sha256"],
+        secret_id=values["secret_id"],
+        received_at=values["received_at"],
+        key_id=values["key_id"],
+    )
+
+
+def _log_conflict(values: dict[str, Any]) -> None:
+    log.warning(
+        "event_id delivered again with a different body",
+        extra={
+            "action": "conflict",
+            "event_id": values["event_id"],
+            "event_type": values["event_type"],
+        },
+    )
+
+
+def _storage_error(exc: Exception) -> Exception:
+    """``exc`` as a delivery's outcome: :class:`StorageUnavailable` for a database outage."""
+    if isinstance(exc, DBAPIError) and is_unavailable(exc):
+        return unavailable(exc)
+    return exc
+
+
+def _clip(value: str | None, size: int) -> str | None:
+    return value[:size] if isinstance(value, str) else None

@@ -1,0 +1,338 @@
+"""Operator queries: list, requeue, replay and prune events; counts; the account's cut-over.
+
+These serve the ``hookledger`` commands, the reconciler and tests; none of them is on the
+receive or dispatch path (except :func:`read_cutover`, which every dispatched batch reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, column, delete, func, select, table, update
+from sqlalchemy.orm import Session
+
+import receiver.core.guard as guard
+from receiver.core.clock import as_utc
+from receiver.core.errors import DataUnavailable, RedactedEvents
+from receiver.core.events import Event
+from receiver.storage.context import Storage
+from receiver.storage.database import VERSION_TABLE
+from receiver.storage.inbox import Inbox
+from receiver.storage.sealed_columns import open_body, open_error, open_headers
+from receiver.storage.sql.tables import CONFLICT, CUTOVER, EVENT, HANDLER_RUN
+from receiver.storage.tables import (
+    CUTOVER_NAME,
+    DEFERRED_PREFIX,
+    EventStatus,
+    HandlerRun,
+    InboxEvent,
+    Projection,
+    Source,
+)
+
+#: hookledger's Alembic version table: one row, the schema's revision.
+_VERSION = table(VERSION_TABLE, column("version_num"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventFilter:
+    """Selects stored events for the operator commands (requeue, replay, list)."""
+
+    pks: Sequence[int] = ()
+    event_ids: Sequence[str] = ()
+    event_types: Sequence[str] = ()
+    statuses: Sequence[str] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int | None = None
+    #: Only events a handler deferred (waiting, with the reason in ``last_error``).
+    deferred: bool = False
+
+
+def read_cutover(conn: Connection) -> guard.CutOver | None:
+    """The account's cut-over, if it was adopted (read with every batch: one tiny row)."""
+    row = conn.execute(
+        select(CUTOVER.c.cutover_at, CUTOVER.c.recorded_at).where(CUTOVER.c.name == CUTOVER_NAME)
+    ).first()
+    if row is None or row.cutover_at is None:
+        return None
+    return guard.CutOver(at=as_utc(row.cutover_at), recorded_at=as_utc(row.recorded_at))
+
+
+class Operations:
+    """The operator's reads and repairs on one :class:`Storage`; replays go through ``inbox``."""
+
+    def __init__(self, storage: Storage, *, inbox: Inbox) -> None:
+        self.storage = storage
+        self._inbox = inbox
+        self._sql = storage.sql
+
+    def __repr__(self) -> str:
+        return f"Operations(dialect={self._sql.name!r})"
+
+    # -- events ---------------------------------------------------------------------------
+
+    def select_events(self, flt: EventFilter) -> list[InboxEvent]:
+        """The chosen events, detached, their ``last_error`` opened for reading (``body`` and
+        ``headers`` stay as stored: :meth:`receiver.store.Store.open_body`)."""
+        query = select(InboxEvent).order_by(InboxEvent.id)  # type: ignore[arg-type]
+        query = query.where(*_filter_clauses(flt))
+        if flt.limit:
+            query = query.limit(flt.limit)
+        with Session(self.storage.deferred) as session:
+            rows = list(session.scalars(query))
+            session.expunge_all()
+        return [self._readable(e) for e in rows]
+
+    def get(self, event_id: str) -> InboxEvent | None:
+        with Session(self.storage.deferred) as session:
+            found = session.scalars(
+                select(InboxEvent).where(InboxEvent.event_id == event_id)  # type: ignore[arg-type]
+            ).first()
+            session.expunge_all()
+        return None if found is None else self._readable(found)
+
+    def handler_runs(self, event_pk: int) -> dict[str, HandlerRun]:
+        with Session(self.storage.deferred) as session:
+            rows = session.scalars(
+                select(HandlerRun).where(HandlerRun.event_pk == event_pk)  # type: ignore[arg-type]
+            )
+            runs = {r.handler: r for r in rows}
+            session.expunge_all()
+        for run in runs.values():
+            run.last_error = open_error(self.storage.keyring, run.last_error)
+        return runs
+
+    def _readable(self, row: InboxEvent) -> InboxEvent:
+        """``row`` (detached) with its error text opened for reading (never raises)."""
+        row.last_error = open_error(self.storage.keyring, row.last_error)
+        return row
+
+    def requeue(self, flt: EventFilter, *, dry_run: bool = False) -> list[InboxEvent]:
+        """Put dead (or, when asked, pending) events back in the queue with fresh attempts.
+
+        Handlers that already succeeded for an event are not run again (the ledger is kept).
+        """
+        requeueable = (EventStatus.DEAD, EventStatus.PENDING)
+        wanted = tuple(flt.statuses) or (EventStatus.DEAD,)
+        if not set(wanted) <= set(requeueable):
+            raise ValueError("only dead or pending events can be requeued")
+        chosen = self.select_events(
+            EventFilter(
+                pks=flt.pks,
+                event_ids=flt.event_ids,
+                event_types=flt.event_types,
+                statuses=wanted,
+                since=flt.since,
+                until=flt.until,
+                limit=flt.limit,
+            )
+        )
+        refuse_redacted(chosen, "requeued")
+        if dry_run or not chosen:
+            return chosen
+        now = self.storage.now()
+        with self.storage.engine.begin() as conn:
+            conn.execute(
+                update(EVENT)
+                .where(
+                    EVENT.c.id.in_([e.id for e in chosen]),
+                    EVENT.c.status.in_(wanted),
+                    EVENT.c.redacted_at.is_(None),
+                )
+                .values(
+                    status=EventStatus.PENDING,
+                    attempts=0,
+                    next_attempt_at=now,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                )
+            )
+        return chosen
+
+    def replay(
+        self, flt: EventFilter, *, dry_run: bool = False, parse: Callable[[bytes], Event]
+    ) -> list[tuple[InboxEvent, str]]:
+        """Store a copy of each chosen event with source ``replay``: every handler runs again
+        for it, bypassing the staleness guard and the transition-once rule (the operator asked).
+        Returns (original, new event id) pairs."""
+        chosen = self.select_events(flt)
+        refuse_redacted(chosen, "replayed")
+        # Every body is opened before anything is stored: a row sealed with a key that is
+        # not configured stops the replay, naming that row, with nothing half done.
+        opened = [self._opened(original) for original in chosen]
+        out: list[tuple[InboxEvent, str]] = []
+        for original, (body, headers) in zip(chosen, opened, strict=True):
+            assert original.id is not None
+            with self.storage.deferred.connect() as conn:
+                n = conn.execute(
+                    select(func.count()).select_from(EVENT).where(EVENT.c.replay_of == original.id)
+                ).scalar_one()
+            new_id = f"{original.event_id}~replay{int(n) + 1}"
+            out.append((original, new_id))
+            if dry_run:
+                continue
+            copy = replace(parse(body), event_id=new_id)
+            self._inbox.insert(
+                copy,
+                body,
+                headers=headers.items(),
+                secret_id=original.secret_id,
+                source=Source.REPLAY,
+                replay_of=original.id,
+            )
+        return out
+
+    def _opened(self, row: InboxEvent) -> tuple[bytes, dict[str, str]]:
+        """The plaintext body and headers of ``row``; raises naming the row."""
+        try:
+            return (
+                open_body(self.storage.keyring, row.body, row.event_id),
+                open_headers(self.storage.keyring, row.headers, row.event_id),
+            )
+        except DataUnavailable as exc:
+            raise DataUnavailable(f"event #{row.id}: its body {exc.message}") from exc
+
+    def prune(
+        self, older_than: timedelta, *, include_dead: bool = False, dry_run: bool = False
+    ) -> dict[str, int]:
+        """Delete finished events (done, stale, duplicate; dead only when asked) received
+        before ``now - older_than``, with their ledger rows, and old conflict records.
+
+        Open events are never pruned. The projection and the transition table are kept, so
+        the staleness guard and the transition-once rule still hold for pruned history.
+        """
+        cutoff = self.storage.now() - older_than
+        finished = [EventStatus.DONE, EventStatus.STALE, EventStatus.DUPLICATE]
+        if include_dead:
+            finished.append(EventStatus.DEAD)
+        old = and_(EVENT.c.status.in_(finished), EVENT.c.received_at < cutoff)
+        with self.storage.engine.begin() as conn:
+            events = int(
+                conn.execute(select(func.count()).select_from(EVENT).where(old)).scalar_one()
+            )
+            conflicts = int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(CONFLICT)
+                    .where(CONFLICT.c.received_at < cutoff)
+                ).scalar_one()
+            )
+            if not dry_run:
+                conn.execute(
+                    delete(HANDLER_RUN).where(
+                        HANDLER_RUN.c.event_pk.in_(select(EVENT.c.id).where(old))
+                    )
+                )
+                conn.execute(delete(EVENT).where(old))
+                conn.execute(delete(CONFLICT).where(CONFLICT.c.received_at < cutoff))
+        return {"events": events, "conflicts": conflicts}
+
+    # -- counts ---------------------------------------------------------------------------
+
+    def stats(self) -> tuple[dict[str, int], float | None]:
+        """Counts by status and the age of the oldest open event, for operators (``hookledger
+        stats``). It reads the whole inbox: never serve it on an unauthenticated route. Read
+        in a read-only transaction (on SQLite a deferred BEGIN: never the write lock)."""
+        with self.storage.deferred.connect() as conn:
+            counts = _status_counts(conn)
+            oldest = conn.execute(
+                select(func.min(EVENT.c.received_at)).where(EVENT.c.status.in_(EventStatus.OPEN))
+            ).scalar()
+        age = None if oldest is None else (self.storage.now() - as_utc(oldest)).total_seconds()
+        return counts, age
+
+    def health(self) -> tuple[dict[str, int], float | None]:
+        """The same as :meth:`stats` (its former name)."""
+        return self.stats()
+
+    def schema_revision(self) -> str | None:
+        """The database's hookledger schema revision: the readiness probe. One read of a
+        one-row table, whatever the size of the inbox, in a read-only transaction (on SQLite
+        a deferred BEGIN: it never takes or waits for the write lock, so it neither blocks
+        nor is blocked by the receipt of webhooks). Raises when the database is unreachable
+        or has no hookledger schema."""
+        with self.storage.deferred.connect() as conn:
+            revision = conn.execute(select(_VERSION.c.version_num)).scalar()
+        return None if revision is None else str(revision)
+
+    def counts(self) -> dict[str, int]:
+        with self.storage.deferred.connect() as conn:
+            return _status_counts(conn)
+
+    # -- objects and the cut-over ---------------------------------------------------------
+
+    def projection(self, kind: str, object_id: str) -> Projection | None:
+        with Session(self.storage.deferred) as session:
+            return session.get(Projection, (kind, object_id))
+
+    def cutover(self) -> guard.CutOver | None:
+        """The account's cut-over (see :class:`receiver.storage.tables.CutOver`), if one is set."""
+        with self.storage.deferred.connect() as conn:
+            return read_cutover(conn)
+
+    def cutover_mode(self) -> str | None:
+        """``adopted``, ``new_account``, or ``None`` when neither was recorded."""
+        with self.storage.deferred.connect() as conn:
+            return conn.execute(
+                select(CUTOVER.c.mode).where(CUTOVER.c.name == CUTOVER_NAME)
+            ).scalar()
+
+    def set_cutover(self, mode: str, at: datetime | None) -> None:
+        """Record the account's cut-over (``adopted`` at ``at``, or a ``new_account``)."""
+        if mode not in ("adopted", "new_account"):
+            raise ValueError("mode must be 'adopted' or 'new_account'")
+        if (mode == "adopted") != (at is not None):
+            raise ValueError("an adopted account has a cut-over time; a new account has none")
+        values = {
+            "mode": mode,
+            "cutover_at": as_utc(at) if at is not None else None,
+            "recorded_at": self.storage.now(),
+        }
+        with self.storage.engine.begin() as conn:
+            conn.execute(
+                self._sql.insert(CUTOVER)
+                .values(name=CUTOVER_NAME, **values)
+                .on_conflict_do_update(index_elements=["name"], set_=values)
+            )
+
+
+def refuse_redacted(chosen: Sequence[InboxEvent], verb: str) -> None:
+    """Raise :class:`RedactedEvents` if any of ``chosen`` was redacted: its body is gone, so
+    it must never be dispatched again (the operator narrows the filter)."""
+    redacted = [e for e in chosen if e.redacted_at is not None]
+    if not redacted:
+        return
+    shown = ", ".join(f"#{e.id}" for e in redacted[:10]) + (" ..." if len(redacted) > 10 else "")
+    raise RedactedEvents(
+        f"{len(redacted)} of the chosen events were redacted ({shown}): their bodies are "
+        f"gone, so they cannot be {verb}; narrow the filter (--since, --id, ...)"
+    )
+
+
+def _status_counts(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(EVENT.c.status, func.count()).group_by(EVENT.c.status)).all()
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def _filter_clauses(flt: EventFilter) -> list[Any]:
+    clauses: list[Any] = []
+    if flt.pks:
+        clauses.append(EVENT.c.id.in_(list(flt.pks)))
+    if flt.event_ids:
+        clauses.append(EVENT.c.event_id.in_(list(flt.event_ids)))
+    if flt.event_types:
+        clauses.append(EVENT.c.event_type.in_(list(flt.event_types)))
+    if flt.statuses:
+        clauses.append(EVENT.c.status.in_(list(flt.statuses)))
+    if flt.since is not None:
+        clauses.append(EVENT.c.received_at >= as_utc(flt.since))
+    if flt.until is not None:
+        clauses.append(EVENT.c.received_at <= as_utc(flt.until))
+    if flt.deferred:
+        clauses.append(EVENT.c.status == EventStatus.PENDING)
+        clauses.append(EVENT.c.last_error.like(f"{DEFERRED_PREFIX}%"))
+    return clauses

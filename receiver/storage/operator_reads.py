@@ -1,0 +1,565 @@
+"""Read-only queries over hookledger's tables for operators: the CLI and the ops console.
+
+SQLAlchemy Core over :mod:`receiver.storage.tables`, every read on SQLite without the write lock.
+The reconciler's run table is read through a lightweight table clause (the receiver never
+imports :mod:`reconcile`); ``tests/integration/test_ops_queries.py`` checks it against the
+reconciler's model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Engine,
+    Integer,
+    String,
+    Table,
+    Text,
+    and_,
+    column,
+    func,
+    or_,
+    select,
+    table,
+)
+
+from receiver.core.clock import as_utc
+from receiver.core.errors import BodyRedacted, DataUnavailable
+from receiver.core.keyring import Keyring
+from receiver.storage.database import deferred_begin
+from receiver.storage.sealed_columns import BODY, open_body, open_error, open_headers
+from receiver.storage.tables import (
+    EventConflict,
+    EventStatus,
+    HandlerRun,
+    InboxEvent,
+    Projection,
+    Source,
+    Transition,
+)
+
+E: Table = InboxEvent.__table__  # type: ignore[attr-defined]
+C: Table = EventConflict.__table__  # type: ignore[attr-defined]
+H: Table = HandlerRun.__table__  # type: ignore[attr-defined]
+P: Table = Projection.__table__  # type: ignore[attr-defined]
+T: Table = Transition.__table__  # type: ignore[attr-defined]
+
+#: The reconciler's run table (``reconcile.storage.tables.ReconcileRun``), as far as it is read
+#: here.
+RECON_RUN = table(
+    "hookledger_recon_run",
+    column("id", BigInteger().with_variant(Integer(), "sqlite")),
+    column("mode", String()),
+    column("owner", String()),
+    column("started_at", DateTime(timezone=True)),
+    column("finished_at", DateTime(timezone=True)),
+    column("status", String()),
+    column("report", Text()),
+)
+
+#: How a deferred event's ``last_error`` begins (see ``receiver.store``).
+DEFERRED_PREFIX = "deferred: "
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventQuery:
+    """Which events to list. Empty fields do not filter. Times are UTC; ``since``/``until``
+    bound the receipt time."""
+
+    statuses: Sequence[str] = ()
+    event_types: Sequence[str] = ()
+    sources: Sequence[str] = ()
+    #: ``kind:id`` (``payment:pay_123``) or an object id alone.
+    object: str | None = None
+    event_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    deferred: bool = False
+    limit: int = 50
+    offset: int = 0
+
+    def validate(self) -> EventQuery:
+        """Raise ``ValueError`` for an unknown status or source, or bad paging."""
+        bad = [s for s in self.statuses if s not in EventStatus.ALL]
+        if bad:
+            raise ValueError(f"unknown status {bad[0]!r}; known: {', '.join(EventStatus.ALL)}")
+        bad = [s for s in self.sources if s not in Source.ALL]
+        if bad:
+            raise ValueError(f"unknown source {bad[0]!r}; known: {', '.join(Source.ALL)}")
+        if not 1 <= self.limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        if self.offset < 0:
+            raise ValueError("offset must not be negative")
+        return self
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventRow:
+    """An inbox row as listed (without its body)."""
+
+    id: int
+    event_id: str
+    event_type: str | None
+    status: str
+    source: str
+    object_key: str
+    object_kind: str | None
+    object_id: str | None
+    object_status: str | None
+    object_stage: str | None
+    attempts: int
+    received_at: datetime
+    event_time: datetime | None
+    next_attempt_at: datetime | None
+    processed_at: datetime | None
+    lease_owner: str | None
+    replay_of: int | None
+    last_error: str | None
+
+    @property
+    def reason(self) -> str | None:
+        """The last line of ``last_error``: the guard's reason, a handler's deferral, or the
+        last failure."""
+        if not self.last_error:
+            return None
+        lines = [line for line in self.last_error.strip().splitlines() if line.strip()]
+        return lines[-1] if lines else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "event_id": self.event_id,
+            "event_type": self.event_type,
+            "status": self.status,
+            "source": self.source,
+            "object": self.object_key,
+            "attempts": self.attempts,
+            "received_at": _iso(self.received_at),
+            "event_time": _iso(self.event_time),
+            "processed_at": _iso(self.processed_at),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventDetail:
+    """One inbox row with its body, headers, ledger, and its object's transitions."""
+
+    row: EventRow
+    body: bytes = field(repr=False)
+    headers: dict[str, str] = field(repr=False)
+    body_sha256: str
+    secret_id: str | None
+    ledger: tuple[LedgerRow, ...]
+    transitions: tuple[TransitionRow, ...]
+    projection: ProjectionRow | None
+    conflicts: int
+    replays: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LedgerRow:
+    handler: str
+    status: str
+    attempts: int
+    updated_at: datetime
+    #: The traceback of the last failure (``failed``), or the deferral's reason.
+    last_error: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TransitionRow:
+    state: str
+    #: The inbox row that dispatched it (0: recorded by adoption, nothing dispatched).
+    event_pk: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProjectionRow:
+    status: str
+    stage: str | None
+    event_time: datetime | None
+    event_pk: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConflictRow:
+    id: int
+    event_id: str
+    source: str
+    received_at: datetime
+    body_sha256: str
+    secret_id: str | None
+    #: The inbox row stored first under this event id.
+    event_pk: int | None
+    event_type: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRow:
+    """A reconcile run and its report (``{}`` while it runs)."""
+
+    id: int
+    mode: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Page:
+    """One page of rows, newest first; ``has_more``: a further page exists."""
+
+    rows: list[Any]
+    offset: int
+    limit: int
+    has_more: bool
+
+
+def _iso(value: datetime | None) -> str | None:
+    return as_utc(value).isoformat() if value is not None else None
+
+
+_CLEAR = Keyring()
+
+
+def _event_row(r: Any, keyring: Keyring = _CLEAR) -> EventRow:
+    """A listed row, its error text opened with ``keyring`` (a part that cannot be opened
+    says why instead: see :func:`receiver.storage.sealed_columns.open_error`)."""
+    return EventRow(
+        id=int(r.id),
+        event_id=r.event_id,
+        event_type=r.event_type,
+        status=r.status,
+        source=r.source,
+        object_key=r.object_key,
+        object_kind=r.object_kind,
+        object_id=r.object_id,
+        object_status=r.object_status,
+        object_stage=r.object_stage,
+        attempts=int(r.attempts),
+        received_at=as_utc(r.received_at),
+        event_time=as_utc(r.event_time) if r.event_time is not None else None,
+        next_attempt_at=as_utc(r.next_attempt_at) if r.next_attempt_at is not None else None,
+        processed_at=as_utc(r.processed_at) if r.processed_at is not None else None,
+        lease_owner=r.lease_owner,
+        replay_of=r.replay_of,
+        last_error=open_error(keyring, r.last_error),
+    )
+
+
+_LISTED = [c for c in E.c if c.name not in ("body", "headers")]
+
+
+def _clauses(q: EventQuery) -> list[Any]:
+    clauses: list[Any] = []
+    if q.statuses:
+        clauses.append(E.c.status.in_(list(q.statuses)))
+    if q.event_types:
+        clauses.append(E.c.event_type.in_(list(q.event_types)))
+    if q.sources:
+        clauses.append(E.c.source.in_(list(q.sources)))
+    if q.object:
+        value = q.object.strip()
+        clauses.append(or_(E.c.object_key == value, E.c.object_id == value))
+    if q.event_id:
+        clauses.append(E.c.event_id == q.event_id.strip())
+    if q.since is not None:
+        clauses.append(E.c.received_at >= as_utc(q.since))
+    if q.until is not None:
+        clauses.append(E.c.received_at <= as_utc(q.until))
+    if q.deferred:
+        clauses.append(
+            and_(E.c.status == EventStatus.PENDING, E.c.last_error.like(f"{DEFERRED_PREFIX}%"))
+        )
+    return clauses
+
+
+def list_events(engine: Engine, q: EventQuery, *, keyring: Keyring | None = None) -> Page:
+    """Events matching ``q``, newest first (by inbox id), one page; error texts opened with
+    ``keyring`` (the store's data keys)."""
+    q.validate()
+    stmt = (
+        select(*_LISTED)
+        .where(*_clauses(q))
+        .order_by(E.c.id.desc())
+        .offset(q.offset)
+        .limit(q.limit + 1)
+    )
+    with deferred_begin(engine).connect() as conn:
+        rows = [_event_row(r, keyring or _CLEAR) for r in conn.execute(stmt)]
+    return Page(rows=rows[: q.limit], offset=q.offset, limit=q.limit, has_more=len(rows) > q.limit)
+
+
+def event_pks(engine: Engine, q: EventQuery, *, cap: int = 10_000) -> list[int]:
+    """Ids of every event matching ``q`` (paging ignored), at most ``cap``."""
+    q.validate()
+    stmt = select(E.c.id).where(*_clauses(q)).order_by(E.c.id).limit(cap)
+    with deferred_begin(engine).connect() as conn:
+        return [int(r[0]) for r in conn.execute(stmt)]
+
+
+def find_event(engine: Engine, ref: str, *, keyring: Keyring | None = None) -> EventDetail | None:
+    """One event by inbox id (``123`` or ``#123``) or by event id, with its details; its body,
+    headers and error texts opened with ``keyring`` (a body that cannot be opened is replaced
+    by a note saying why)."""
+    keyring = keyring or _CLEAR
+    ref = ref.strip()
+    by_pk = ref.lstrip("#")
+    with deferred_begin(engine).connect() as conn:
+        row = None
+        if by_pk.isdigit():
+            row = conn.execute(select(E).where(E.c.id == int(by_pk))).first()
+        if row is None:
+            row = conn.execute(select(E).where(E.c.event_id == ref)).first()
+        if row is None:
+            return None
+        pk = int(row.id)
+        ledger = tuple(
+            LedgerRow(
+                handler=r.handler,
+                status=r.status,
+                attempts=int(r.attempts),
+                updated_at=as_utc(r.updated_at),
+                last_error=open_error(keyring, r.last_error),
+            )
+            for r in conn.execute(select(H).where(H.c.event_pk == pk).order_by(H.c.handler))
+        )
+        transitions: tuple[TransitionRow, ...] = ()
+        projection = None
+        if row.object_kind and row.object_id:
+            transitions = tuple(
+                TransitionRow(
+                    state=r.state, event_pk=int(r.event_pk), created_at=as_utc(r.created_at)
+                )
+                for r in conn.execute(
+                    select(T)
+                    .where(T.c.object_kind == row.object_kind, T.c.object_id == row.object_id)
+                    .order_by(T.c.created_at, T.c.state)
+                )
+            )
+            p = conn.execute(
+                select(P).where(P.c.object_kind == row.object_kind, P.c.object_id == row.object_id)
+            ).first()
+            if p is not None:
+                projection = ProjectionRow(
+                    status=p.status,
+                    stage=p.stage,
+                    event_time=as_utc(p.event_time) if p.event_time is not None else None,
+                    event_pk=int(p.event_pk),
+                    updated_at=as_utc(p.updated_at),
+                )
+        conflicts = int(
+            conn.execute(
+                select(func.count()).select_from(C).where(C.c.event_id == row.event_id)
+            ).scalar_one()
+        )
+        replays = tuple(
+            int(r[0])
+            for r in conn.execute(select(E.c.id).where(E.c.replay_of == pk).order_by(E.c.id))
+        )
+    try:
+        opened = open_headers(keyring, row.headers or "{}", row.event_id)
+        headers = {str(k): str(v) for k, v in opened.items()}
+    except (ValueError, AttributeError, DataUnavailable):
+        headers = {}
+    try:
+        body = open_body(keyring, bytes(row.body), row.event_id)
+    except BodyRedacted:
+        body = b"[redacted by retention]"
+    except DataUnavailable as exc:
+        body = f"[body {exc.message}]".encode()
+    return EventDetail(
+        row=_event_row(row, keyring),
+        body=body,
+        headers=headers,
+        body_sha256=row.body_sha256,
+        secret_id=row.secret_id,
+        ledger=ledger,
+        transitions=transitions,
+        projection=projection,
+        conflicts=conflicts,
+        replays=replays,
+    )
+
+
+def _conflicts_query() -> Any:
+    return select(
+        C.c.id,
+        C.c.event_id,
+        C.c.source,
+        C.c.received_at,
+        C.c.body_sha256,
+        C.c.secret_id,
+        E.c.id.label("event_pk"),
+        E.c.event_type,
+    ).select_from(C.outerjoin(E, E.c.event_id == C.c.event_id))
+
+
+def _conflict_row(r: Any) -> ConflictRow:
+    return ConflictRow(
+        id=int(r.id),
+        event_id=r.event_id,
+        source=r.source,
+        received_at=as_utc(r.received_at),
+        body_sha256=r.body_sha256,
+        secret_id=r.secret_id,
+        event_pk=int(r.event_pk) if r.event_pk is not None else None,
+        event_type=r.event_type,
+    )
+
+
+def get_conflict(engine: Engine, conflict_id: int) -> ConflictRow | None:
+    """One conflicting delivery (without its body: :func:`conflict_body`)."""
+    with deferred_begin(engine).connect() as conn:
+        row = conn.execute(_conflicts_query().where(C.c.id == conflict_id)).first()
+    return _conflict_row(row) if row is not None else None
+
+
+def get_run(engine: Engine, run_id: int) -> RunRow | None:
+    """One reconcile run (``None`` when there is none, or no reconciler tables)."""
+    from sqlalchemy import inspect
+
+    with deferred_begin(engine).connect() as conn:
+        if not inspect(conn).has_table("hookledger_recon_run"):
+            return None
+        row = conn.execute(select(RECON_RUN).where(RECON_RUN.c.id == run_id)).first()
+    return _run_row(row) if row is not None else None
+
+
+def list_conflicts(engine: Engine, *, limit: int = 50, offset: int = 0) -> Page:
+    """Conflicting deliveries (an event id seen again with another body), newest first."""
+    stmt = _conflicts_query().order_by(C.c.id.desc()).offset(offset).limit(limit + 1)
+    with deferred_begin(engine).connect() as conn:
+        rows = [_conflict_row(r) for r in conn.execute(stmt)]
+    return Page(rows=rows[:limit], offset=offset, limit=limit, has_more=len(rows) > limit)
+
+
+def conflict_body(
+    engine: Engine, conflict_id: int, *, keyring: Keyring | None = None
+) -> bytes | None:
+    """The body of one conflicting delivery, opened with ``keyring`` (a note when it cannot
+    be)."""
+    with deferred_begin(engine).connect() as conn:
+        row = conn.execute(select(C.c.event_id, C.c.body).where(C.c.id == conflict_id)).first()
+    if row is None or row.body is None:
+        return None
+    try:
+        return (keyring or _CLEAR).open(bytes(row.body), purpose=BODY, context=row.event_id)
+    except DataUnavailable as exc:
+        return f"[body {exc.message}]".encode()
+
+
+def status_counts(engine: Engine) -> dict[str, int]:
+    """Events by status (every status, zero included)."""
+    with deferred_begin(engine).connect() as conn:
+        found = {
+            str(s): int(n)
+            for s, n in conn.execute(select(E.c.status, func.count()).group_by(E.c.status))
+        }
+    return {s: found.get(s, 0) for s in EventStatus.ALL}
+
+
+def reconcile_runs(engine: Engine, *, limit: int = 50, offset: int = 0) -> Page:
+    """Reconcile runs, newest first (an empty page when the reconciler's tables are absent)."""
+    from sqlalchemy import inspect
+
+    with deferred_begin(engine).connect() as conn:
+        if not inspect(conn).has_table("hookledger_recon_run"):
+            return Page(rows=[], offset=offset, limit=limit, has_more=False)
+        result = conn.execute(
+            select(RECON_RUN).order_by(RECON_RUN.c.id.desc()).offset(offset).limit(limit + 1)
+        )
+        rows = [_run_row(r) for r in result]
+    return Page(rows=rows[:limit], offset=offset, limit=limit, has_more=len(rows) > limit)
+
+
+def _run_row(r: Any) -> RunRow:
+    try:
+        report = json.loads(r.report or "{}")
+    except ValueError:
+        report = {}
+    return RunRow(
+        id=int(r.id),
+        mode=r.mode,
+        status=r.status,
+        started_at=as_utc(r.started_at),
+        finished_at=as_utc(r.finished_at) if r.finished_at is not None else None,
+        report=report if isinstance(report, dict) else {},
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Figure:
+    """Recovered and unresolved transitions of one kind by one path in a run's report."""
+
+    kind: str
+    path: str
+    recovered: int
+    unresolved: int
+
+
+def recon_figures(report: dict[str, Any]) -> list[Figure]:
+    """A stored report's recoveries and drift by kind (``payments``...) and path (``lists``,
+    ``sweep``, ``events``). The events path reports event types: they count for their class."""
+    from receiver.core.events import EVENT_TYPES
+
+    figures: list[Figure] = []
+    for path, key in (("lists", "kinds"), ("sweep", "sweep")):
+        for kind, part in (report.get(key) or {}).items():
+            if isinstance(part, dict):
+                figures.append(
+                    Figure(
+                        kind=str(kind),
+                        path=path,
+                        recovered=int(part.get("recovered_total") or 0),
+                        unresolved=int(part.get("unresolved") or 0),
+                    )
+                )
+    events = report.get("events")
+    if isinstance(events, dict):
+        by_kind: dict[str, int] = {}
+        for event_type, n in (events.get("recovered") or {}).items():
+            kind = EVENT_TYPES.get(str(event_type), "other")
+            by_kind[kind] = by_kind.get(kind, 0) + int(n)
+        for kind, n in sorted(by_kind.items()):
+            figures.append(Figure(kind=kind, path="events", recovered=n, unresolved=0))
+        if events.get("unresolved"):
+            figures.append(
+                Figure(kind="any", path="events", recovered=0, unresolved=int(events["unresolved"]))
+            )
+    return figures
+
+
+__all__ = [
+    "Figure",
+    "recon_figures",
+    "ConflictRow",
+    "EventDetail",
+    "EventQuery",
+    "EventRow",
+    "LedgerRow",
+    "Page",
+    "ProjectionRow",
+    "RunRow",
+    "TransitionRow",
+    "conflict_body",
+    "event_pks",
+    "find_event",
+    "get_conflict",
+    "get_run",
+    "list_conflicts",
+    "list_events",
+    "reconcile_runs",
+    "status_counts",
+]

@@ -1,0 +1,325 @@
+"""The queue: claim due events under leases, renew and release them.
+
+A worker claims an event by taking the lease row of the event's *object* with a conditional
+upsert (``ON CONFLICT DO UPDATE ... WHERE expires_at < now``), so two workers never process
+events of one object at the same time, on any number of hosts. On PostgreSQL candidates are
+read with ``FOR UPDATE SKIP LOCKED`` and each object is first gated with a non-blocking
+``pg_try_advisory_xact_lock``, so claimers never queue behind each other; on SQLite every
+transaction is ``BEGIN IMMEDIATE`` (one writer at a time), which makes the claim atomic. A
+crashed worker's leases expire and its events are claimed again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, func, or_, select, update
+
+import receiver.core.signals as signals
+from receiver.core.clock import as_utc
+from receiver.core.retry import RetryPolicy
+from receiver.storage.context import Storage
+from receiver.storage.sql.tables import EVENT, LEASE, OPEN_SQL
+from receiver.storage.tables import EventStatus
+
+log = logging.getLogger("receiver.store")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claimed:
+    """An event leased to one worker."""
+
+    pk: int
+    event_id: str
+    object_key: str
+    object_kind: str | None
+    object_id: str | None
+    object_status: str | None
+    object_stage: str | None
+    event_type: str | None
+    event_time: datetime | None
+    object_created_at: datetime | None
+    body: bytes = field(repr=False)
+    source: str
+    received_at: datetime
+    replay_of: int | None
+    attempts: int
+    owner: str
+    lease_expires_at: datetime
+
+
+class Queue:
+    """Claims, leases, renewals and releases on one :class:`Storage`."""
+
+    def __init__(self, storage: Storage, *, retry: RetryPolicy) -> None:
+        self.storage = storage
+        self.retry = retry
+        self._sql = storage.sql
+
+    def __repr__(self) -> str:
+        return f"Queue(dialect={self._sql.name!r})"
+
+    def claim(self, owner: str, lease_seconds: float) -> Claimed | None:
+        """Lease the next due event (see :meth:`claim_batch`), or return ``None``."""
+        claimed = self.claim_batch(owner, lease_seconds, limit=1)
+        return claimed[0] if claimed else None
+
+    def any_due(self) -> bool:
+        """Whether some event is due now (a read: on SQLite, without the write lock)."""
+        now = self.storage.now()
+        with self.storage.deferred.connect() as conn:
+            return (
+                conn.execute(select(EVENT.c.id).where(self._due(now)).limit(1)).first() is not None
+            )
+
+    def _due(self, now: datetime) -> Any:
+        return and_(
+            OPEN_SQL,
+            EVENT.c.next_attempt_at <= now,
+            or_(EVENT.c.lease_expires_at.is_(None), EVENT.c.lease_expires_at < now),
+        )
+
+    def claim_batch(
+        self, owner: str, lease_seconds: float, *, limit: int = 16, scan: int | None = None
+    ) -> list[Claimed]:
+        """Lease up to ``limit`` due events of distinct objects that no other worker holds.
+
+        Within an object only its head is leased: the earliest open event (event time, then
+        arrival), so events of an object run one at a time and in event-time order. The
+        whole batch costs a fixed handful of statements, whatever its size:
+
+        1. due candidates (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so claimers never wait on
+           each other's rows), one per object;
+        2. the object leases, taken with one conditional upsert (``... WHERE expires_at <
+           now``): race-safe on any number of hosts; on PostgreSQL the same statement first
+           takes a non-blocking advisory lock per object, so two claimers never queue on the
+           same lease row (which could deadlock);
+        3. each leased object's head event; a head that is another row than the candidate
+           (an earlier event that arrived later) is locked without waiting;
+        4. one update marks the heads ``processing``; leases of objects whose head is not
+           due (waiting for a retry) are given back.
+        """
+        # Candidates: twice the batch at least, since several may belong to one object.
+        scan = max(scan or 64, 2 * limit)
+        now = self.storage.now()
+        expires = now + timedelta(seconds=lease_seconds)
+        query = self._sql.due_candidates(self._due(now), now, scan)
+        with self.storage.engine.begin() as conn:
+            candidates: dict[str, int] = {}
+            for row in conn.execute(query):
+                candidates.setdefault(row.object_key, int(row.id))
+            keys = list(candidates)[: limit * 2]
+            if not keys:
+                return []
+            leased = self._take_object_leases(conn, keys, owner, now, expires)
+            if not leased:
+                return []
+            heads = self._heads(conn, leased, candidates, now)
+            claimed = self._mark_claimed(conn, heads[:limit], owner, expires)
+            returned = set(leased) - {c.object_key for c in claimed}
+            if returned:
+                conn.execute(
+                    delete(LEASE).where(
+                        self._sql.among(LEASE.c.object_key, returned), LEASE.c.owner == owner
+                    )
+                )
+        return claimed
+
+    def claim_object(self, owner: str, object_key: str, lease_seconds: float) -> Claimed | None:
+        """Lease the head event of one object, if it is due and no other worker holds the
+        object (for processing one object inline,
+        :meth:`receiver.worker.runner.Worker.process_object`).
+        """
+        now = self.storage.now()
+        expires = now + timedelta(seconds=lease_seconds)
+        with self.storage.engine.begin() as conn:
+            head = conn.execute(
+                select(EVENT.c.id, EVENT.c.next_attempt_at)
+                .where(EVENT.c.object_key == object_key, self._sql.open_of_objects)
+                .order_by(EVENT.c.event_time, EVENT.c.id)
+                .limit(1)
+            ).first()
+            if head is None or as_utc(head.next_attempt_at) > now:
+                return None
+            leased = self._take_object_leases(conn, [object_key], owner, now, expires)
+            if not leased:
+                return None
+            claimed = self._mark_claimed(
+                conn, self._heads(conn, leased, {object_key: int(head.id)}, now), owner, expires
+            )
+            if not claimed:
+                conn.execute(
+                    delete(LEASE).where(LEASE.c.object_key == object_key, LEASE.c.owner == owner)
+                )
+                return None
+            return claimed[0]
+
+    def status_of(self, pk: int) -> str | None:
+        """The status of the inbox row ``pk`` (``None`` if there is none)."""
+        with self.storage.deferred.connect() as conn:
+            return conn.execute(select(EVENT.c.status).where(EVENT.c.id == pk)).scalar()
+
+    def renew(self, claimed: Sequence[Claimed], lease_seconds: float) -> int:
+        """Extend the leases of ``claimed``; returns how many object leases are still held."""
+        if not claimed:
+            return 0
+        owner = claimed[0].owner
+        expires = self.storage.now() + timedelta(seconds=lease_seconds)
+        with self.storage.engine.begin() as conn:
+            rows = conn.execute(
+                update(LEASE)
+                .where(
+                    self._sql.among(LEASE.c.object_key, [c.object_key for c in claimed]),
+                    LEASE.c.owner == owner,
+                )
+                .values(expires_at=expires)
+            ).rowcount
+            conn.execute(
+                update(EVENT)
+                .where(
+                    self._sql.among(EVENT.c.id, [c.pk for c in claimed]),
+                    EVENT.c.lease_owner == owner,
+                )
+                .values(lease_expires_at=expires)
+            )
+        return int(rows)
+
+    def release(self, claimed: Claimed) -> None:
+        """Give an event back untouched (graceful shutdown before it started)."""
+        with self.storage.engine.begin() as conn:
+            conn.execute(
+                update(EVENT)
+                .where(EVENT.c.id == claimed.pk, EVENT.c.lease_owner == claimed.owner)
+                .values(
+                    status=EventStatus.PENDING,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    attempts=EVENT.c.attempts - 1,
+                )
+            )
+            conn.execute(
+                delete(LEASE).where(
+                    LEASE.c.object_key == claimed.object_key, LEASE.c.owner == claimed.owner
+                )
+            )
+
+    # -- the steps of a claim -------------------------------------------------------------
+
+    def _take_object_leases(
+        self, conn: Connection, keys: list[str], owner: str, now: datetime, expires: datetime
+    ) -> list[str]:
+        """The objects of ``keys`` now leased to ``owner``, in ``keys`` order."""
+        taken = self._sql.take_object_leases(conn, keys, owner, now, expires)
+        return [k for k in keys if k in taken]
+
+    def _heads(
+        self, conn: Connection, keys: list[str], candidates: dict[str, int], now: datetime
+    ) -> list[Any]:
+        """The claimable head event of each of ``keys`` (in ``keys`` order)."""
+        ranked = (
+            select(
+                EVENT,
+                func.row_number()
+                .over(partition_by=EVENT.c.object_key, order_by=(EVENT.c.event_time, EVENT.c.id))
+                .label("position"),
+            )
+            .where(self._sql.among(EVENT.c.object_key, keys), self._sql.open_of_objects)
+            .subquery()
+        )
+        rows = {
+            row.object_key: row
+            for row in conn.execute(select(ranked).where(ranked.c.position == 1))
+        }
+        # A head that is not a due candidate of ours waits (its retry is not due) or, on
+        # PostgreSQL, may be locked by another claimer: lock it without waiting.
+        others = [
+            int(r.id)
+            for k, r in rows.items()
+            if int(r.id) != candidates[k] and r.next_attempt_at <= now
+        ]
+        free = self._sql.lock_free(conn, others)
+        heads = []
+        for key in keys:
+            head = rows.get(key)
+            if head is None or head.next_attempt_at > now:
+                continue  # an earlier event of this object is waiting for its retry
+            if int(head.id) != candidates[key] and int(head.id) not in free:
+                continue
+            if head.status == EventStatus.PROCESSING and head.attempts >= self.retry.max_attempts:
+                self._dead_letter_lost(conn, head)
+                continue
+            heads.append(head)
+        return heads
+
+    def _dead_letter_lost(self, conn: Connection, head: Any) -> None:
+        """A head whose worker died holding it on every attempt: a poison event."""
+        conn.execute(
+            update(EVENT)
+            .where(EVENT.c.id == head.id)
+            .values(
+                status=EventStatus.DEAD,
+                lease_owner=None,
+                lease_expires_at=None,
+                last_error=(head.last_error or "")
+                + f"\nlease expired after {head.attempts} attempts (worker lost)",
+            )
+        )
+        log.error(
+            "event dead-lettered: its worker was lost on every attempt",
+            extra={
+                "action": "dead_letter",
+                "event_id": head.event_id,
+                "event_type": head.event_type,
+            },
+        )
+        signals.send(
+            signals.event_dead_lettered,
+            event_id=head.event_id,
+            event_type=head.event_type,
+            source=head.source,
+            object_key=head.object_key,
+            reason="worker lost on every attempt",
+            attempts=int(head.attempts),
+        )
+
+    def _mark_claimed(
+        self, conn: Connection, heads: list[Any], owner: str, expires: datetime
+    ) -> list[Claimed]:
+        if not heads:
+            return []
+        conn.execute(
+            update(EVENT)
+            .where(self._sql.among(EVENT.c.id, [int(h.id) for h in heads]))
+            .values(
+                status=EventStatus.PROCESSING,
+                lease_owner=owner,
+                lease_expires_at=expires,
+                attempts=EVENT.c.attempts + 1,
+            )
+        )
+        return [
+            Claimed(
+                pk=int(h.id),
+                event_id=h.event_id,
+                object_key=h.object_key,
+                object_kind=h.object_kind,
+                object_id=h.object_id,
+                object_status=h.object_status,
+                object_stage=h.object_stage,
+                event_type=h.event_type,
+                event_time=h.event_time,
+                object_created_at=h.object_created_at,
+                body=h.body,
+                source=h.source,
+                received_at=h.received_at,
+                replay_of=h.replay_of,
+                attempts=int(h.attempts) + 1,
+                owner=owner,
+                lease_expires_at=expires,
+            )
+            for h in heads
+        ]

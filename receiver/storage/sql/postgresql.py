@@ -1,0 +1,310 @@
+"""PostgreSQL's statements (see :class:`receiver.storage.sql.base.Statements`).
+
+The per-batch writes are single statements over parallel arrays (``unnest``): their text is
+fixed whatever the batch size, so psycopg caches and prepares them; an executemany would send
+one statement per row, a multi-row VALUES one placeholder per value.
+
+Lock order: statements that lock lease rows take them in ``object_key`` order. A batch's
+commit locks its events before its leases; a claim locks events without ever waiting (``SKIP
+LOCKED``) before its leases. So a commit and a claim may wait for each other, never in a
+circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import Connection, CursorResult, Select, Table, any_, bindparam, select, text
+from sqlalchemy.dialects import postgresql
+
+from receiver.storage.sql.base import DeliveriesWritten, Outcomes, Statements, Stored
+from receiver.storage.sql.tables import EVENT, EVENT_COLUMNS, OPEN_SQL, OUTCOME_COLUMNS
+
+INSERT_EVENTS = text(
+    f"INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) SELECT * FROM unnest("
+    + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in EVENT_COLUMNS.items())
+    + ") ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+)
+
+#: A batch of webhook deliveries (distinct event ids) in one statement, one round trip: the
+#: rows inserted answer their new id; the others, the id, body hash and hash key of the row
+#: already there (read in the statement's snapshot, taken before the insert: a row committed
+#: by another session while the statement waited on its conflict is missing, read it again).
+#: The parameters are sent with psycopg's own placeholders (``exec_driver_sql``: nothing to
+#: compile per request), a fixed text whatever the batch size (prepared once per connection).
+INSERT_DELIVERIES = (
+    "WITH v AS (SELECT * FROM unnest("
+    + ", ".join(f"CAST(%({name})s AS {kind}[])" for name, kind in EVENT_COLUMNS.items())
+    + f") AS v({', '.join(EVENT_COLUMNS)})), "
+    f"ins AS (INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) "
+    f"SELECT {', '.join(EVENT_COLUMNS)} FROM v "
+    "ON CONFLICT (event_id) DO NOTHING RETURNING id, event_id) "
+    "SELECT v.event_id, ins.id, e.id, e.body_sha256, e.key_id FROM v "
+    "LEFT JOIN ins ON ins.event_id = v.event_id "
+    "LEFT JOIN hookledger_event AS e ON ins.id IS NULL AND e.event_id = v.event_id"
+)
+
+#: One delivery: the same in one statement with scalar parameters (an array per column costs
+#: the driver and the server about twice the time of the insert itself for a single row).
+INSERT_DELIVERY = (
+    f"WITH ins AS (INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) VALUES ("
+    + ", ".join(f"%({name})s" for name in EVENT_COLUMNS)
+    + ") ON CONFLICT (event_id) DO NOTHING RETURNING id) "
+    "SELECT %(event_id)s, id, NULL, NULL, NULL FROM ins UNION ALL "
+    "SELECT event_id, NULL, id, body_sha256, key_id FROM hookledger_event "
+    "WHERE event_id = %(event_id)s AND NOT EXISTS (SELECT 1 FROM ins)"
+)
+
+#: A probe of the object index per key (``LATERAL ... LIMIT 1``): the planner would
+#: otherwise filter, or hash, every open event, a cost that grows with the backlog.
+WAITING_OBJECTS = text(
+    "SELECT k FROM unnest(CAST(:keys AS text[])) AS k CROSS JOIN LATERAL (SELECT 1 FROM "
+    "hookledger_event AS e WHERE e.object_key = k AND e.status IN ('pending', 'processing') "
+    "LIMIT 1) AS waiting"
+)
+
+TAKE_LEASES = text(
+    "INSERT INTO hookledger_object_lease (object_key, owner, expires_at) "
+    "SELECT k, :owner, :expires FROM unnest(CAST(:keys AS text[])) AS k "
+    # Objects another claimer is leasing right now are skipped, never waited for.
+    "WHERE pg_try_advisory_xact_lock(hashtextextended('hookledger:' || k, 0)) "
+    # Lease rows are locked in key order, as a commit locks them (see the module docstring).
+    "ORDER BY k "
+    "ON CONFLICT (object_key) DO UPDATE "
+    "SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
+    "WHERE hookledger_object_lease.expires_at < :now "
+    "RETURNING object_key"
+)
+
+#: The guard's reads: one probe of a unique index per key (``LATERAL ... LIMIT 1`` keeps the
+#: planner from joining, or matching each column against a set of values, which reads the
+#: whole table once it judges the set large, or the table small: a worker's connection
+#: keeps the generic plan it made while the ledger was small, and reuses it for good).
+TRANSITION_OWNERS = text(
+    "SELECT k.kind, k.id, k.state, t.event_pk FROM unnest(CAST(:kinds AS text[]),"
+    " CAST(:ids AS text[]), CAST(:states AS text[])) AS k(kind, id, state)"
+    " CROSS JOIN LATERAL (SELECT t.event_pk FROM hookledger_transition AS t"
+    " WHERE t.object_kind = k.kind AND t.object_id = k.id AND t.state = k.state LIMIT 1) AS t"
+)
+PROJECTIONS = text(
+    "SELECT k.kind, k.id, p.status, p.stage, p.event_time, p.event_pk"
+    " FROM unnest(CAST(:kinds AS text[]), CAST(:ids AS text[])) AS k(kind, id)"
+    " CROSS JOIN LATERAL (SELECT p.status, p.stage, p.event_time, p.event_pk"
+    " FROM hookledger_projection AS p WHERE p.object_kind = k.kind AND p.object_id = k.id"
+    " LIMIT 1) AS p"
+)
+#: ``OFFSET 0``: an event has several ledger rows; the subquery stays a probe per event.
+SUCCEEDED_HANDLERS = text(
+    "SELECT k.pk, r.handler FROM unnest(CAST(:pks AS bigint[])) AS k(pk)"
+    " CROSS JOIN LATERAL (SELECT r.handler FROM hookledger_handler_run AS r"
+    " WHERE r.event_pk = k.pk AND r.status = 'succeeded' OFFSET 0) AS r"
+)
+
+#: One statement writes a dispatched batch's outcomes (transitions, projections, ledger rows,
+#: the events' final states) and frees its object leases, if and only if the worker still
+#: holds every event's lease and every event's *object* lease, unexpired at ``:now``. It
+#: returns that verdict; on ``false`` it wrote nothing but the events' rows, and the caller
+#: rolls back (the handlers' writes with it): the object may belong to another worker now.
+#:
+#: - ``closed`` updates the events still leased to the worker (locking their rows first);
+#: - ``held`` then locks the object lease rows still the worker's and unexpired, in key order.
+#:   Its sort reads all of ``closed`` before it locks anything, so a claimer holding one of
+#:   these events is never waited for while we hold a lease it may want. Locked, the leases
+#:   cannot be taken by a claimer until this transaction ends; a lease taken meanwhile is
+#:   re-read (its new owner no longer matches) and left out;
+#: - ``ok``: both counts are the batch's size; the inserts and ``freed`` depend on it.
+WRITE_OUTCOMES = text(
+    "WITH closed AS ("
+    " UPDATE hookledger_event AS e SET status = v.status, last_error = v.error,"
+    " attempts = e.attempts - v.undo,"
+    " next_attempt_at = v.next, processed_at = v.processed, lease_owner = NULL,"
+    " lease_expires_at = NULL"
+    " FROM unnest(CAST(:b_id AS bigint[]), CAST(:b_owner AS text[]), CAST(:b_status AS text[]),"
+    " CAST(:b_error AS text[]), CAST(:b_next AS timestamptz[]),"
+    " CAST(:b_processed AS timestamptz[]), CAST(:b_undo AS integer[]))"
+    " AS v(id, owner, status, error, next, processed, undo)"
+    " WHERE e.id = v.id AND e.lease_owner = v.owner"
+    " RETURNING e.object_key, v.owner"
+    "), held AS ("
+    " SELECT lease.object_key, lease.owner FROM hookledger_object_lease AS lease"
+    " JOIN closed ON lease.object_key = closed.object_key AND lease.owner = closed.owner"
+    " WHERE lease.expires_at >= CAST(:now AS timestamptz)"
+    " ORDER BY lease.object_key"
+    " FOR UPDATE OF lease"
+    "), ok AS ("
+    " SELECT (SELECT count(*) FROM held) = :n AND (SELECT count(*) FROM closed) = :n AS ok"
+    "), t AS ("
+    " INSERT INTO hookledger_transition (object_kind, object_id, state, event_pk, created_at)"
+    " SELECT * FROM unnest(CAST(:t_object_kind AS text[]), CAST(:t_object_id AS text[]),"
+    " CAST(:t_state AS text[]), CAST(:t_event_pk AS bigint[]),"
+    " CAST(:t_created_at AS timestamptz[]))"
+    " WHERE (SELECT ok FROM ok)"
+    " ON CONFLICT DO NOTHING"
+    "), p AS ("
+    " INSERT INTO hookledger_projection (object_kind, object_id, status, stage, event_time,"
+    " object_created_at, event_pk, updated_at)"
+    " SELECT * FROM unnest(CAST(:p_object_kind AS text[]), CAST(:p_object_id AS text[]),"
+    " CAST(:p_status AS text[]), CAST(:p_stage AS text[]), CAST(:p_event_time AS timestamptz[]),"
+    " CAST(:p_object_created_at AS timestamptz[]), CAST(:p_event_pk AS bigint[]),"
+    " CAST(:p_updated_at AS timestamptz[]))"
+    " WHERE (SELECT ok FROM ok)"
+    " ON CONFLICT (object_kind, object_id) DO UPDATE SET status = EXCLUDED.status,"
+    " stage = EXCLUDED.stage, event_time = EXCLUDED.event_time,"
+    " object_created_at = COALESCE(EXCLUDED.object_created_at,"
+    " hookledger_projection.object_created_at), event_pk = EXCLUDED.event_pk,"
+    " updated_at = EXCLUDED.updated_at"
+    "), l AS ("
+    " INSERT INTO hookledger_handler_run (event_pk, handler, status, attempts, last_error,"
+    " updated_at)"
+    " SELECT * FROM unnest(CAST(:l_event_pk AS bigint[]), CAST(:l_handler AS text[]),"
+    " CAST(:l_status AS text[]), CAST(:l_attempts AS integer[]), CAST(:l_last_error AS text[]),"
+    " CAST(:l_updated_at AS timestamptz[]))"
+    " WHERE (SELECT ok FROM ok)"
+    " ON CONFLICT (event_pk, handler) DO UPDATE SET status = EXCLUDED.status,"
+    " attempts = hookledger_handler_run.attempts + 1, last_error = EXCLUDED.last_error,"
+    " updated_at = EXCLUDED.updated_at"
+    "), freed AS ("
+    " DELETE FROM hookledger_object_lease AS lease USING held"
+    " WHERE lease.object_key = held.object_key AND lease.owner = held.owner"
+    " AND (SELECT ok FROM ok)"
+    ")"
+    " SELECT ok FROM ok"
+)
+
+
+def outcome_arrays(outcomes: Outcomes) -> dict[str, list[Any]]:
+    """The parameters of :data:`WRITE_OUTCOMES`: each part's rows as parallel arrays, one per
+    column. Times stay aware (the columns are ``timestamptz``; a naive value would be read in
+    the session's time zone)."""
+    params: dict[str, list[Any]] = {}
+    parts = (
+        ("t", outcomes.transitions),
+        ("p", outcomes.projections),
+        ("l", outcomes.ledger),
+        ("b", outcomes.finals),
+    )
+    for part, rows in parts:
+        for column in OUTCOME_COLUMNS[part]:
+            name = column if part == "b" else f"{part}_{column}"
+            params[name] = [row[column] for row in rows]
+    return params
+
+
+class PostgreSQLStatements(Statements):
+    name: ClassVar[str] = "postgresql"
+    single_writer: ClassVar[bool] = False
+    one_statement_batches: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self._insert_event = (
+            postgresql.insert(EVENT)
+            .on_conflict_do_nothing(index_elements=["event_id"])
+            .returning(EVENT.c.id)
+        )
+
+    def insert(self, table: Table) -> Any:
+        return postgresql.insert(table)
+
+    def among(self, column: Any, values: Iterable[Any]) -> Any:
+        """``column = ANY(:values)``: one array parameter, so the statement is the same whatever
+        the number of values, compiled and prepared once instead of re-rendered with one
+        placeholder per value on every call."""
+        listed = list(values)
+        return column == any_(bindparam(None, listed, type_=postgresql.ARRAY(column.type)))
+
+    # -- inbox ----------------------------------------------------------------------------
+
+    @property
+    def insert_event(self) -> Any:
+        return self._insert_event
+
+    def inserted_pk(self, result: CursorResult[Any]) -> int | None:
+        pk = result.scalar()
+        return None if pk is None else int(pk)
+
+    def insert_deliveries(
+        self, conn: Connection, rows: Sequence[dict[str, Any]]
+    ) -> DeliveriesWritten:
+        params: dict[str, Any]
+        if len(rows) == 1:
+            sql, params = INSERT_DELIVERY, {column: rows[0][column] for column in EVENT_COLUMNS}
+        else:
+            sql = INSERT_DELIVERIES
+            params = {column: [row[column] for row in rows] for column in EVENT_COLUMNS}
+        inserted: dict[str, int] = {}
+        found: dict[str, Stored] = {}
+        for event_id, new_pk, pk, digest, key_id in conn.exec_driver_sql(sql, params):
+            if new_pk is not None:
+                inserted[event_id] = int(new_pk)
+            elif pk is not None:
+                found[event_id] = Stored(int(pk), digest, key_id)
+        return DeliveriesWritten(inserted=inserted, found=found)
+
+    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
+        params = {column: [row[column] for row in rows] for column in EVENT_COLUMNS}
+        return {r[0] for r in conn.execute(INSERT_EVENTS, params)}
+
+    def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:
+        if not object_keys:
+            return set()
+        return {r[0] for r in conn.execute(WAITING_OBJECTS, {"keys": list(object_keys)})}
+
+    # -- queue ----------------------------------------------------------------------------
+
+    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+        return self.skip_locked(
+            select(EVENT.c.id, EVENT.c.object_key)
+            .where(due)
+            .order_by(EVENT.c.next_attempt_at, EVENT.c.id)
+            .limit(scan)
+        )
+
+    @property
+    def open_of_objects(self) -> Any:
+        return OPEN_SQL
+
+    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+        return query.with_for_update(skip_locked=True)
+
+    def lock_free(self, conn: Connection, event_pks: Sequence[int]) -> set[int]:
+        if not event_pks:
+            return set()
+        query = select(EVENT.c.id).where(self.among(EVENT.c.id, event_pks))
+        return {int(row[0]) for row in conn.execute(self.skip_locked(query))}
+
+    def take_object_leases(
+        self, conn: Connection, keys: Sequence[str], owner: str, now: datetime, expires: datetime
+    ) -> set[str]:
+        params = {"keys": list(keys), "owner": owner, "expires": expires, "now": now}
+        return {row[0] for row in conn.execute(TAKE_LEASES, params)}
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def transition_owners(
+        self, conn: Connection, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], int]:
+        if not keys:
+            return {}
+        kinds, ids, states = (list(column) for column in zip(*keys, strict=True))
+        params = {"kinds": kinds, "ids": ids, "states": states}
+        return {(r[0], r[1], r[2]): int(r[3]) for r in conn.execute(TRANSITION_OWNERS, params)}
+
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
+        if not objects:
+            return []
+        kinds, ids = (list(column) for column in zip(*objects, strict=True))
+        return list(conn.execute(PROJECTIONS, {"kinds": kinds, "ids": ids}))
+
+    def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:
+        done: dict[int, set[str]] = {}
+        if event_pks:
+            for pk, handler in conn.execute(SUCCEEDED_HANDLERS, {"pks": list(event_pks)}):
+                done.setdefault(int(pk), set()).add(handler)
+        return done
+
+    def write_outcomes(self, conn: Connection, outcomes: Outcomes, now: datetime) -> bool:
+        params: dict[str, Any] = outcome_arrays(outcomes)
+        params.update(now=now, n=len(outcomes.finals))
+        return bool(conn.execute(WRITE_OUTCOMES, params).scalar_one())

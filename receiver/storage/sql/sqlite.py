@@ -1,0 +1,261 @@
+"""SQLite's statements (see :class:`receiver.storage.sql.base.Statements`).
+
+SQLite has one writer at a time, and every transaction that writes takes the lock up front
+(``BEGIN IMMEDIATE``, see :mod:`receiver.storage.database`): a read and the write that depends on
+it, in one transaction, are atomic without row locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    Select,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    func,
+    select,
+)
+from sqlalchemy import text as sql_text
+from sqlalchemy import update as sql_update
+from sqlalchemy.dialects import sqlite
+
+from receiver.storage.sql.base import Outcomes, Statements
+from receiver.storage.sql.tables import (
+    EVENT,
+    HANDLER_RUN,
+    LEASE,
+    OUTCOME_COLUMNS,
+    PROJECTION,
+    TRANSITION,
+)
+
+#: Close one claimed event (executemany over a batch's ``finals``), only while its worker
+#: holds the event's lease and, unexpired at ``b_now``, its object's lease.
+CLOSE_EVENT = (
+    sql_update(EVENT)
+    .where(
+        EVENT.c.id == bindparam("b_id"),
+        EVENT.c.lease_owner == bindparam("b_owner"),
+        exists().where(
+            LEASE.c.object_key == EVENT.c.object_key,
+            LEASE.c.owner == bindparam("b_owner"),
+            LEASE.c.expires_at >= bindparam("b_now"),
+        ),
+    )
+    .values(
+        status=bindparam("b_status"),
+        last_error=bindparam("b_error"),
+        next_attempt_at=bindparam("b_next"),
+        processed_at=bindparam("b_processed"),
+        attempts=EVENT.c.attempts - bindparam("b_undo"),
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+)
+
+
+def _upsert_projection() -> Any:
+    stmt = sqlite.insert(PROJECTION)
+    return stmt.on_conflict_do_update(
+        index_elements=["object_kind", "object_id"],
+        # Every column but the key.
+        set_={
+            name: (
+                func.coalesce(stmt.excluded[name], PROJECTION.c[name])
+                if name == "object_created_at"
+                else stmt.excluded[name]
+            )
+            for name in OUTCOME_COLUMNS["p"][2:]
+        },
+    )
+
+
+def _upsert_ledger() -> Any:
+    stmt = sqlite.insert(HANDLER_RUN)
+    return stmt.on_conflict_do_update(
+        index_elements=["event_pk", "handler"],
+        set_={
+            "status": stmt.excluded.status,
+            "attempts": HANDLER_RUN.c.attempts + 1,
+            "last_error": stmt.excluded.last_error,
+            "updated_at": stmt.excluded.updated_at,
+        },
+    )
+
+
+#: ``INDEXED BY``: without statistics SQLite would rather read every due event through the
+#: (status, next_attempt_at) index and sort them all, at each claim: a cost of the backlog.
+DUE_CANDIDATES = sql_text(
+    "SELECT id, object_key FROM hookledger_event INDEXED BY ix_hookledger_event_open_due"
+    " WHERE status IN ('pending', 'processing') AND next_attempt_at <= :now"
+    " AND (lease_expires_at IS NULL OR lease_expires_at < :now)"
+    " ORDER BY next_attempt_at, id LIMIT :scan"
+).bindparams(bindparam("now", type_=EVENT.c.next_attempt_at.type))
+
+#: ``+status``: SQLite then uses no index for this term, so it seeks the object index for
+#: the keys; with a plain ``status IN`` it would rather read every open event (the backlog)
+#: through the status index and sort them, at each claim.
+OPEN_OF_OBJECTS = sql_text("+hookledger_event.status IN ('pending', 'processing')")
+
+
+def waiting_sql(count: int) -> str:
+    """:meth:`SQLiteStatements.waiting_objects` for ``count`` keys (``:k0``, ``:k1``...).
+    ``INDEXED BY``: SQLite's planner would rather filter every open event by status."""
+    keys = ", ".join(f":k{i}" for i in range(count))
+    return (
+        "SELECT DISTINCT object_key FROM hookledger_event INDEXED BY ix_hookledger_event_object "
+        f"WHERE object_key IN ({keys}) AND status IN ('pending', 'processing')"
+    )
+
+
+class SQLiteStatements(Statements):
+    name: ClassVar[str] = "sqlite"
+    single_writer: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        # SQLite reports the new row's id as ``lastrowid`` (no RETURNING round through the
+        # cursor).
+        self._insert_event = sqlite.insert(EVENT).on_conflict_do_nothing(
+            index_elements=["event_id"]
+        )
+        self._upsert_projection = _upsert_projection()
+        self._upsert_ledger = _upsert_ledger()
+
+    def insert(self, table: Table) -> Any:
+        return sqlite.insert(table)
+
+    def among(self, column: Any, values: Iterable[Any]) -> Any:
+        return column.in_(list(values))
+
+    # -- inbox ----------------------------------------------------------------------------
+
+    @property
+    def insert_event(self) -> Any:
+        return self._insert_event
+
+    def inserted_pk(self, result: CursorResult[Any]) -> int | None:
+        pk = result.lastrowid if result.rowcount == 1 else None
+        return None if pk is None else int(pk)
+
+    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
+        stmt = (
+            sqlite.insert(EVENT)
+            .on_conflict_do_nothing(index_elements=["event_id"])
+            .returning(EVENT.c.event_id)
+        )
+        return {r[0] for r in conn.execute(stmt, list(rows))}
+
+    def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:
+        if not object_keys:
+            return set()
+        names = {f"k{i}": key for i, key in enumerate(object_keys)}
+        return {r[0] for r in conn.execute(sql_text(waiting_sql(len(names))), names)}
+
+    # -- queue ----------------------------------------------------------------------------
+
+    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+        return DUE_CANDIDATES.bindparams(now=now, scan=scan)
+
+    @property
+    def open_of_objects(self) -> Any:
+        return OPEN_OF_OBJECTS
+
+    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+        return query  # the transaction holds the database's one write lock
+
+    def lock_free(self, conn: Connection, event_pks: Sequence[int]) -> set[int]:
+        return set(event_pks)
+
+    def take_object_leases(
+        self, conn: Connection, keys: Sequence[str], owner: str, now: datetime, expires: datetime
+    ) -> set[str]:
+        insert = sqlite.insert(LEASE)
+        upsert = insert.on_conflict_do_update(
+            index_elements=["object_key"],
+            set_={"owner": insert.excluded.owner, "expires_at": insert.excluded.expires_at},
+            where=LEASE.c.expires_at < now,
+        ).returning(LEASE.c.object_key)
+        rows = conn.execute(
+            upsert, [{"object_key": k, "owner": owner, "expires_at": expires} for k in keys]
+        )
+        return {row[0] for row in rows}
+
+    # -- dispatch -------------------------------------------------------------------------
+    #
+    # Each column is matched against the set of its values (SQLite probes the primary key's
+    # index for each combination); the rows are then narrowed to the exact tuples here.
+
+    def transition_owners(
+        self, conn: Connection, keys: Collection[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], int]:
+        if not keys:
+            return {}
+        rows = conn.execute(
+            select(
+                TRANSITION.c.object_kind,
+                TRANSITION.c.object_id,
+                TRANSITION.c.state,
+                TRANSITION.c.event_pk,
+            ).where(
+                self.among(TRANSITION.c.object_kind, {k for k, _, _ in keys}),
+                self.among(TRANSITION.c.object_id, {i for _, i, _ in keys}),
+                self.among(TRANSITION.c.state, {t for _, _, t in keys}),
+            )
+        )
+        return {(r[0], r[1], r[2]): int(r[3]) for r in rows if (r[0], r[1], r[2]) in keys}
+
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
+        if not objects:
+            return []
+        rows = conn.execute(
+            select(
+                PROJECTION.c.object_kind,
+                PROJECTION.c.object_id,
+                PROJECTION.c.status,
+                PROJECTION.c.stage,
+                PROJECTION.c.event_time,
+                PROJECTION.c.event_pk,
+            ).where(
+                self.among(PROJECTION.c.object_kind, {k for k, _ in objects}),
+                self.among(PROJECTION.c.object_id, {i for _, i in objects}),
+            )
+        )
+        return [r for r in rows if (r[0], r[1]) in objects]
+
+    def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:
+        done: dict[int, set[str]] = {}
+        if event_pks:
+            for pk, handler in conn.execute(
+                select(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler).where(
+                    self.among(HANDLER_RUN.c.event_pk, event_pks),
+                    HANDLER_RUN.c.status == "succeeded",
+                )
+            ):
+                done.setdefault(int(pk), set()).add(handler)
+        return done
+
+    def write_outcomes(self, conn: Connection, outcomes: Outcomes, now: datetime) -> bool:
+        # The caller's transaction began with BEGIN IMMEDIATE: nothing changes between the
+        # check (closing the events under their leases) and the writes that follow it.
+        finals = [{**final, "b_now": now} for final in outcomes.finals]
+        if conn.execute(CLOSE_EVENT, finals).rowcount != len(finals):
+            return False  # a lease was lost: the caller rolls back, nothing more to write
+        if outcomes.transitions:
+            conn.execute(sqlite.insert(TRANSITION).on_conflict_do_nothing(), outcomes.transitions)
+        if outcomes.projections:
+            conn.execute(self._upsert_projection, outcomes.projections)
+        if outcomes.ledger:
+            conn.execute(self._upsert_ledger, outcomes.ledger)
+        for owner in {final["b_owner"] for final in finals}:
+            keys = [final["b_key"] for final in finals if final["b_owner"] == owner]
+            conn.execute(
+                delete(LEASE).where(self.among(LEASE.c.object_key, keys), LEASE.c.owner == owner)
+            )
+        return True

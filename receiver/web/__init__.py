@@ -1,0 +1,1 @@
+"""The Flask side: the extension, the receive blueprint, the ops console and the metrics."""

@@ -1,0 +1,489 @@
+"""Prometheus metrics (``prometheus_client``) and a ``/metrics`` endpoint you mount.
+
+::
+
+    from receiver.web.metrics import Metrics
+
+    metrics = Metrics()                 # HOOKLEDGER_METRICS_TOKEN, or access=..., or public=True
+    def create_app():
+        app = Flask(__name__)
+        hooks.init_app(app)
+        metrics.init_app(app)           # GET /metrics (HOOKLEDGER_METRICS_PATH)
+        return app
+
+Closed by default: ``init_app`` refuses to start unless a bearer token
+(``HOOKLEDGER_METRICS_TOKEN``, sent by Prometheus as ``authorization: Bearer ...``), a
+callable (``access=lambda: ...``, for example checking the caller's network) or an explicit
+``public=True`` (``HOOKLEDGER_METRICS_PUBLIC=1``, only behind a private network) is given.
+
+Two sources, one page:
+
+- **Counters and histograms** observed where things happen, through :mod:`receiver.core.signals`:
+  deliveries by result, rejections by reason and the acknowledgement latency in web
+  processes; dispatch latency, handler durations and failures, dead letters, stale and
+  duplicate decisions in workers; reconcile runs and recoveries in the reconciler's process.
+  Under gunicorn (several processes) set ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory
+  before the processes start: every process writes there and ``/metrics`` adds them up. A
+  worker on the same host may share it; a worker elsewhere serves its own
+  (``hookledger worker --metrics-port 9101``).
+- **Gauges read from the database** at each scrape, the same from any process on any host:
+  queue depth, oldest open event, dead letters waiting, workers alive, and the latest
+  reconcile run (status, recoveries and drift by kind and path, last success time).
+
+Metric names are listed in :data:`NAMES`; labels never hold an event id, only bounded values
+(a result, a reason, a handler's name, a kind, a path, a status).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+from flask import Blueprint, Flask, Response, g, request
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, func, select
+
+import receiver.core.signals as signals
+import receiver.storage.operator_reads as queries
+import receiver.worker.heartbeat as heartbeat
+from receiver.core.clock import as_utc
+from receiver.core.errors import ConfigurationError
+
+log = logging.getLogger("receiver.metrics")
+
+#: Every metric hookledger exposes, with what it counts.
+NAMES: Final[Mapping[str, str]] = {
+    "hookledger_deliveries_total": "webhook deliveries stored, by result "
+    "(inserted, duplicate, conflict)",
+    "hookledger_rejections_total": "webhook deliveries refused, by reason "
+    "(bad_signature, malformed, too_large, storage_unavailable)",
+    "hookledger_ack_seconds": "time to answer the processor (receive endpoint), by HTTP status",
+    "hookledger_dispatch_latency_seconds": "from receipt to all handlers done, by source",
+    "hookledger_handler_duration_seconds": "one handler's run, by handler and outcome",
+    "hookledger_handler_failures_total": "handler exceptions, by handler",
+    "hookledger_dead_letters_total": "events dead-lettered",
+    "hookledger_guard_decisions_total": "events recorded, not dispatched, by decision "
+    "(stale, duplicate)",
+    "hookledger_reconcile_runs_total": "reconcile runs finished in this process, by status",
+    "hookledger_reconcile_recovered_total": "transitions recovered by reconcile runs in this "
+    "process, by kind and path",
+    "hookledger_reconcile_unresolved_total": "drift reconcile runs in this process could not "
+    "mend, by kind and path",
+    "hookledger_queue_depth": "open events now, by status (pending, processing) [database]",
+    "hookledger_oldest_open_event_age_seconds": "age of the oldest open event [database]",
+    "hookledger_dead_letter_events": "dead-lettered events waiting for an operator [database]",
+    "hookledger_workers_alive": "workers whose heartbeat is recent [database]",
+    "hookledger_reconcile_last_run_info": "the latest finished reconcile run, 1, by status and "
+    "mode [database]",
+    "hookledger_reconcile_last_run_timestamp_seconds": "when the latest reconcile run finished "
+    "[database]",
+    "hookledger_reconcile_last_success_timestamp_seconds": "when the latest reconcile run with "
+    "status ok finished [database]",
+    "hookledger_reconcile_last_run_recovered": "transitions the latest run recovered, by kind "
+    "and path [database]",
+    "hookledger_reconcile_last_run_drift": "drift the latest run left unresolved, by kind and "
+    "path [database]",
+    "hookledger_metrics_database_up": "1 when the database gauges could be read [database]",
+}
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_DISPATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
+
+
+class _Instruments:
+    """The process's counters and histograms (created once, in the default registry)."""
+
+    def __init__(self) -> None:
+        self.deliveries = Counter(
+            "hookledger_deliveries", NAMES["hookledger_deliveries_total"], ["result"]
+        )
+        self.rejections = Counter(
+            "hookledger_rejections", NAMES["hookledger_rejections_total"], ["reason"]
+        )
+        self.ack = Histogram(
+            "hookledger_ack_seconds",
+            NAMES["hookledger_ack_seconds"],
+            ["code"],
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.dispatch = Histogram(
+            "hookledger_dispatch_latency_seconds",
+            NAMES["hookledger_dispatch_latency_seconds"],
+            ["source"],
+            buckets=_DISPATCH_BUCKETS,
+        )
+        self.handler = Histogram(
+            "hookledger_handler_duration_seconds",
+            NAMES["hookledger_handler_duration_seconds"],
+            ["handler", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.handler_failures = Counter(
+            "hookledger_handler_failures", NAMES["hookledger_handler_failures_total"], ["handler"]
+        )
+        self.dead = Counter("hookledger_dead_letters", NAMES["hookledger_dead_letters_total"])
+        self.guard = Counter(
+            "hookledger_guard_decisions", NAMES["hookledger_guard_decisions_total"], ["decision"]
+        )
+        self.runs = Counter(
+            "hookledger_reconcile_runs", NAMES["hookledger_reconcile_runs_total"], ["status"]
+        )
+        self.recovered = Counter(
+            "hookledger_reconcile_recovered",
+            NAMES["hookledger_reconcile_recovered_total"],
+            ["kind", "path"],
+        )
+        self.unresolved = Counter(
+            "hookledger_reconcile_unresolved",
+            NAMES["hookledger_reconcile_unresolved_total"],
+            ["kind", "path"],
+        )
+
+    # Signal receivers (connected once per process, strongly referenced).
+
+    def on_received(self, _sender: Any, **info: Any) -> None:
+        self.deliveries.labels(result=str(info.get("result"))).inc()
+
+    def on_rejected(self, _sender: Any, **info: Any) -> None:
+        self.rejections.labels(reason=str(info.get("reason"))).inc()
+
+    def on_dispatched(self, _sender: Any, **info: Any) -> None:
+        latency = info.get("latency_seconds")
+        if isinstance(latency, int | float):
+            self.dispatch.labels(source=str(info.get("source"))).observe(latency)
+
+    def on_handler(self, _sender: Any, **info: Any) -> None:
+        name, outcome = str(info.get("handler")), str(info.get("status"))
+        seconds = info.get("duration_seconds")
+        if isinstance(seconds, int | float):
+            self.handler.labels(handler=name, outcome=outcome).observe(seconds)
+        if outcome == "failed":
+            self.handler_failures.labels(handler=name).inc()
+
+    def on_dead(self, _sender: Any, **_info: Any) -> None:
+        self.dead.inc()
+
+    def on_stale(self, _sender: Any, **_info: Any) -> None:
+        self.guard.labels(decision="stale").inc()
+
+    def on_duplicate(self, _sender: Any, **_info: Any) -> None:
+        self.guard.labels(decision="duplicate").inc()
+
+    def on_reconcile(self, _sender: Any, **info: Any) -> None:
+        self.runs.labels(status=str(info.get("status"))).inc()
+        report = info.get("report")
+        if not isinstance(report, dict) or report.get("dry_run"):
+            return
+        for figure in queries.recon_figures(report):
+            if figure.recovered:
+                self.recovered.labels(kind=figure.kind, path=figure.path).inc(figure.recovered)
+            if figure.unresolved:
+                self.unresolved.labels(kind=figure.kind, path=figure.path).inc(figure.unresolved)
+
+    def connect(self) -> None:
+        for signal, receiver in (
+            (signals.event_received, self.on_received),
+            (signals.event_rejected, self.on_rejected),
+            (signals.event_dispatched, self.on_dispatched),
+            (signals.handler_finished, self.on_handler),
+            (signals.event_dead_lettered, self.on_dead),
+            (signals.event_stale, self.on_stale),
+            (signals.event_duplicate, self.on_duplicate),
+            (signals.reconcile_finished, self.on_reconcile),
+        ):
+            signal.connect(receiver, weak=False)
+
+
+_lock = threading.Lock()
+_instruments: _Instruments | None = None
+
+
+def instruments() -> _Instruments:
+    """The process's metrics, created and connected to the signals on first use."""
+    global _instruments
+    with _lock:
+        if _instruments is None:
+            made = _Instruments()
+            made.connect()
+            _instruments = made
+        return _instruments
+
+
+class DatabaseCollector(Collector):
+    """Gauges read from hookledger's tables at each scrape (any process, any host)."""
+
+    def __init__(self, engine: Engine, *, worker_timeout: float = heartbeat.DEFAULT_WORKER_TIMEOUT):
+        self.engine = engine
+        self.worker_timeout = worker_timeout
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "hookledger_metrics_database_up", NAMES["hookledger_metrics_database_up"]
+        )
+        try:
+            found = list(self._read())
+        except Exception as exc:  # noqa: BLE001 - a scrape reports the failure, never raises
+            log.warning(
+                "metrics: the database could not be read: %s",
+                type(getattr(exc, "orig", None) or exc).__name__,
+                extra={"action": "metrics_failed"},
+            )
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from found
+
+    def _read(self) -> Iterator[Metric]:
+        status = heartbeat.check(self.engine, worker_timeout=self.worker_timeout, max_open_age=None)
+        depth = GaugeMetricFamily(
+            "hookledger_queue_depth", NAMES["hookledger_queue_depth"], labels=["status"]
+        )
+        for name, n in status.open_events.items():
+            depth.add_metric([name], n)
+        yield depth
+        yield GaugeMetricFamily(
+            "hookledger_oldest_open_event_age_seconds",
+            NAMES["hookledger_oldest_open_event_age_seconds"],
+            value=status.oldest_open_age_seconds or 0.0,
+        )
+        yield GaugeMetricFamily(
+            "hookledger_dead_letter_events",
+            NAMES["hookledger_dead_letter_events"],
+            value=status.dead_events,
+        )
+        yield GaugeMetricFamily(
+            "hookledger_workers_alive",
+            NAMES["hookledger_workers_alive"],
+            value=status.workers_alive,
+        )
+        yield from self._reconcile()
+
+    def _reconcile(self) -> Iterator[Metric]:
+        from sqlalchemy import inspect
+
+        from receiver.storage.database import deferred_begin
+
+        run = queries.RECON_RUN
+        with deferred_begin(self.engine).connect() as conn:
+            if not inspect(conn).has_table("hookledger_recon_run"):
+                return
+            finished = run.c.finished_at.is_not(None)
+            latest = conn.execute(
+                select(run)
+                .where(finished, run.c.status != "dry_run")
+                .order_by(run.c.id.desc())
+                .limit(1)
+            ).first()
+            success = conn.execute(
+                select(func.max(run.c.finished_at)).where(run.c.status == "ok")
+            ).scalar()
+        info = GaugeMetricFamily(
+            "hookledger_reconcile_last_run_info",
+            NAMES["hookledger_reconcile_last_run_info"],
+            labels=["status", "mode"],
+        )
+        when = GaugeMetricFamily(
+            "hookledger_reconcile_last_run_timestamp_seconds",
+            NAMES["hookledger_reconcile_last_run_timestamp_seconds"],
+        )
+        recovered = GaugeMetricFamily(
+            "hookledger_reconcile_last_run_recovered",
+            NAMES["hookledger_reconcile_last_run_recovered"],
+            labels=["kind", "path"],
+        )
+        drift = GaugeMetricFamily(
+            "hookledger_reconcile_last_run_drift",
+            NAMES["hookledger_reconcile_last_run_drift"],
+            labels=["kind", "path"],
+        )
+        if latest is not None:
+            row = queries._run_row(latest)
+            info.add_metric([row.status, row.mode], 1)
+            if row.finished_at is not None:
+                when.add_metric([], row.finished_at.timestamp())
+            for figure in queries.recon_figures(row.report):
+                recovered.add_metric([figure.kind, figure.path], figure.recovered)
+                drift.add_metric([figure.kind, figure.path], figure.unresolved)
+        yield info
+        yield when
+        yield recovered
+        yield drift
+        last_ok = GaugeMetricFamily(
+            "hookledger_reconcile_last_success_timestamp_seconds",
+            NAMES["hookledger_reconcile_last_success_timestamp_seconds"],
+        )
+        if success is not None:
+            last_ok.add_metric([], as_utc(success).timestamp())
+        yield last_ok
+
+
+class _Process(Collector):
+    """This process's (or, in multiprocess mode, every process's) counters and histograms."""
+
+    def collect(self) -> Iterator[Metric]:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            scratch = CollectorRegistry()
+            multiprocess.MultiProcessCollector(scratch)  # type: ignore[no-untyped-call]
+            yield from scratch.collect()
+        else:
+            yield from REGISTRY.collect()
+
+
+def exposition(engine: Engine | None) -> bytes:
+    """The metrics page: the process counters plus (with ``engine``) the database gauges."""
+    instruments()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Process())
+    if engine is not None:
+        registry.register(DatabaseCollector(engine))
+    return generate_latest(registry)
+
+
+def serve_worker_metrics(
+    port: int, host: str = "127.0.0.1", *, engine: Engine | None = None
+) -> None:
+    """Serve this process's metrics (and the database gauges) on ``host:port`` in a thread
+    (``hookledger worker --metrics-port``)."""
+    instruments()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Process())
+    if engine is not None:
+        registry.register(DatabaseCollector(engine))
+    start_http_server(port, addr=host, registry=registry)
+    log.info("metrics served on %s:%d", host, port, extra={"action": "metrics_serve"})
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in {"1", "true", "yes", "on"}
+
+
+class Metrics:
+    """The metrics extension: counts through the signals, serves ``/metrics``.
+
+    Keyword arguments win over ``app.config``, which wins over the environment:
+
+    - ``token`` (``HOOKLEDGER_METRICS_TOKEN``): a scrape must send
+      ``authorization: Bearer <token>`` (Prometheus: ``authorization: {credentials: ...}``);
+    - ``access``: a callable run in the request, ``True`` lets the scrape in;
+    - ``public`` (``HOOKLEDGER_METRICS_PUBLIC``): no check (behind a private network only);
+    - ``path`` (``HOOKLEDGER_METRICS_PATH``, default ``/metrics``): where it is mounted.
+    """
+
+    def __init__(
+        self,
+        app: Flask | None = None,
+        *,
+        token: str | None = None,
+        access: Callable[[], bool] | None = None,
+        public: bool | None = None,
+        path: str | None = None,
+    ) -> None:
+        self._token = token
+        self._access = access
+        self._public = public
+        self._path = path
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Flask) -> None:
+        def setting(name: str, given: Any) -> Any:
+            if given is not None:
+                return given
+            key = f"HOOKLEDGER_METRICS_{name}"
+            return app.config.get(key) if app.config.get(key) is not None else os.environ.get(key)
+
+        token = setting("TOKEN", self._token) or None
+        public = _truthy(setting("PUBLIC", self._public) or False)
+        path = str(setting("PATH", self._path) or "/metrics")
+        access = self._access
+        if token is None and access is None and not public:
+            raise ConfigurationError(
+                "the metrics endpoint is closed by default: set HOOKLEDGER_METRICS_TOKEN (a "
+                "bearer token for Prometheus), pass access=<callable>, or "
+                "HOOKLEDGER_METRICS_PUBLIC=1 behind a private network"
+            )
+        if token is not None and len(str(token)) < 16:
+            raise ConfigurationError("HOOKLEDGER_METRICS_TOKEN must be at least 16 characters")
+        instruments()
+        _time_acknowledgements(app)
+        expected = f"Bearer {token}".encode() if token is not None else None
+
+        def allowed() -> bool:
+            if public:
+                return True
+            if expected is not None:
+                sent = request.headers.get("Authorization", "").encode("utf-8", "replace")
+                if hmac.compare_digest(sent, expected):
+                    return True
+            return bool(access()) if access is not None else False
+
+        def metrics_view() -> Response:
+            if not allowed():
+                return Response(
+                    "unauthorized\n",
+                    status=401,
+                    mimetype="text/plain",
+                    headers={"WWW-Authenticate": 'Bearer realm="hookledger metrics"'},
+                )
+            return Response(exposition(_engine_of(app)), mimetype=CONTENT_TYPE_LATEST)
+
+        bp = Blueprint("hookledger_metrics", __name__)
+        bp.add_url_rule(path, "metrics", metrics_view, methods=["GET"])
+        app.register_blueprint(bp)
+        app.extensions["hookledger_metrics"] = self
+
+
+def _engine_of(app: Flask) -> Engine | None:
+    state = app.extensions.get("hookledger")
+    return state.store.engine if state is not None else None
+
+
+def _time_acknowledgements(app: Flask) -> None:
+    """Time every answer of the receive endpoint (blueprint ``hookledger``), without
+    touching the blueprint: request hooks registered for that blueprint's name."""
+    if app.extensions.get("hookledger_metrics_hooks"):
+        return
+    app.extensions["hookledger_metrics_hooks"] = True
+
+    def start() -> None:
+        if request.endpoint == "hookledger.receive":
+            g.hookledger_ack_started = time.perf_counter()
+
+    def stop(response: Response) -> Response:
+        started = g.pop("hookledger_ack_started", None)
+        if started is not None:
+            instruments().ack.labels(code=str(response.status_code)).observe(
+                time.perf_counter() - started
+            )
+        return response
+
+    app.before_request_funcs.setdefault("hookledger", []).append(start)
+    app.after_request_funcs.setdefault("hookledger", []).append(stop)
+
+
+__all__ = [
+    "NAMES",
+    "DatabaseCollector",
+    "Metrics",
+    "exposition",
+    "instruments",
+    "serve_worker_metrics",
+]

@@ -1,0 +1,60 @@
+"""What ``init_app`` leaves on the app, and how the blueprint and the commands find it.
+
+The blueprint (:mod:`receiver.web.blueprint`), the console and the commands
+(:mod:`receiver.cli.commands`) depend on this module, never on the extension
+(:mod:`receiver.extension`), which depends on all of them: the imports point one way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, current_app, has_app_context
+
+from receiver.config.settings import Settings
+from receiver.core import signals
+from receiver.core.registry import Registry
+from receiver.store import Store
+from receiver.worker.runner import Worker, WorkerConfig
+
+
+def current_app_or_none() -> Any:
+    """The current Flask app when an application context is active, else ``None``: the
+    sender of a signal sent without one (see :mod:`receiver.core.signals`)."""
+    if has_app_context():
+        return current_app._get_current_object()  # type: ignore[attr-defined]
+    return None
+
+
+signals.set_sender_finder(current_app_or_none)
+
+#: The key of the receiver's state in ``app.extensions``.
+EXTENSION_KEY = "hookledger"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReceiverState:
+    """What ``init_app`` leaves in ``app.extensions["hookledger"]``."""
+
+    settings: Settings
+    store: Store
+    registry: Registry
+
+    def worker(self, *, name: str | None = None, **overrides: float) -> Worker:
+        config = WorkerConfig(
+            lease_seconds=overrides.get("lease_seconds", self.settings.lease_seconds),
+            poll_interval=overrides.get("poll_interval", self.settings.poll_interval),
+            batch_size=int(overrides.get("batch_size", self.settings.batch_size)),
+        )
+        return Worker(self.store, self.registry, config, name=name)
+
+
+def receiver_state(app: Flask | None = None) -> ReceiverState:
+    """The receiver state of ``app`` (or of the current app)."""
+    target = app if app is not None else current_app
+    try:
+        state: ReceiverState = target.extensions[EXTENSION_KEY]
+    except KeyError:
+        raise RuntimeError("WebhookReceiver.init_app(app) was not called") from None
+    return state

@@ -1,0 +1,508 @@
+"""The worker: claim an event under a lease, guard it, run its handlers, record the outcome.
+
+Run it as its own process (``hookledger worker`` / ``flask hookledger worker``), as many
+as you like on as many hosts as you like; or inline in tests (:meth:`Worker.drain`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+import receiver.core.signals as signals
+from receiver.core.clock import as_utc
+from receiver.core.defer import Defer
+from receiver.core.errors import BodyRedacted, DataUnavailable, MalformedEvent
+from receiver.core.events import parse_event
+from receiver.core.registry import Registry
+from receiver.storage.dispatch import HandlerCall, Outcome, Work
+from receiver.storage.filelock import WritersLock
+from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
+from receiver.storage.queue import Claimed
+from receiver.storage.tables import EventStatus, InboxEvent
+from receiver.store import Store
+from receiver.worker.heartbeat import Beater
+
+log = logging.getLogger("receiver.worker")
+
+#: Longer than SQLite's longest busy-handler sleep (100 ms).
+SQLITE_LONG_PAUSE = 0.11
+#: SQLite: how long one of the worker's transactions should hold the write lock; the events
+#: of a batch are committed in turns of as many as fit (see :meth:`Worker._dispatch_in_turns`).
+SQLITE_TURN_SECONDS = 0.02
+#: SQLite: the worker leaves the lock free this long after each turn: more than the writers'
+#: lock's polling interval, so a web process waiting on it gets in.
+SQLITE_GAP_SECONDS = 0.001
+#: SQLite: after holding the lock for this long in all (turns and short gaps), one gap of
+#: :data:`SQLITE_LONG_PAUSE`, for writers that wait in SQLite's busy handler (the reconciler,
+#: operators' commands) rather than on the writers' lock.
+SQLITE_LONG_PAUSE_EVERY = 2.0
+#: The first pause when the queue is found empty; each empty poll doubles it, up to
+#: ``poll_interval``: under steady load the worker is back within milliseconds.
+FIRST_IDLE_PAUSE = 0.01
+
+
+def worker_name() -> str:
+    """``host:pid:random``: unique per worker process, readable in the lease columns."""
+    return f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerConfig:
+    lease_seconds: float = 60.0
+    poll_interval: float = 0.5
+    #: Events (of distinct objects) leased per claim transaction.
+    batch_size: int = 64
+
+
+class Worker:
+    """Processes events one at a time. Thread-safe to stop from a signal handler."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        config: WorkerConfig | None = None,
+        *,
+        name: str | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.config = config or WorkerConfig()
+        self.name = name or worker_name()
+        self.stopping = threading.Event()
+        self.processed = 0
+        #: Write a heartbeat row while :meth:`run` runs (``hookledger status``, readiness).
+        self.heartbeat = True
+        #: SQLite file: the web processes' writers' lock, which the worker's transactions
+        #: take too (see :meth:`_dispatch_in_turns`).
+        self._writers = writers_lock(store)
+        #: SQLite: events per transaction, adapted to :data:`SQLITE_TURN_SECONDS`.
+        self._turn = 1
+        self._held_since_long_pause = 0.0
+
+    def __repr__(self) -> str:
+        return f"Worker(name={self.name!r})"
+
+    def stop(self) -> None:
+        """Finish the current event, then return from :meth:`run`."""
+        self.stopping.set()
+
+    def run(self, *, burst: bool = False) -> int:
+        """Process events until :meth:`stop` (or, with ``burst``, until none is due).
+
+        Storage failures (database down, network cut) do not end the worker: it logs them,
+        backs off and carries on; its leases expire and nothing is lost meanwhile.
+        """
+        log.info("worker started", extra={"action": "worker_start", "worker": self.name})
+        beater = Beater(self.store.engine, self.name) if self.heartbeat else None
+        pause = self.config.poll_interval
+        idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
+        while not self.stopping.is_set():
+            if beater is not None:
+                beater.beat(self.processed, monotonic=time.monotonic())
+            try:
+                worked = self.run_once()
+            except SQLAlchemyError as exc:  # the database went away mid-batch, for example
+                log.error(
+                    "storage unavailable, retrying in %.1f s: %s",
+                    pause,
+                    type(getattr(exc, "orig", None) or exc).__name__,
+                    extra={"action": "worker_storage_error", "worker": self.name},
+                )
+                self.stopping.wait(pause)
+                pause = min(pause * 2, 10.0)
+                continue
+            pause = self.config.poll_interval
+            if worked:
+                idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
+                continue
+            if burst:
+                break
+            self.stopping.wait(idle)
+            idle = min(idle * 2, self.config.poll_interval)
+        if beater is not None:
+            beater.stop()
+        log.info(
+            "worker stopped",
+            extra={"action": "worker_stop", "worker": self.name, "processed": self.processed},
+        )
+        return self.processed
+
+    def drain(self, *, max_events: int = 100_000) -> int:
+        """Process every due event inline, then return how many were processed."""
+        count = 0
+        while count < max_events:
+            done = self.run_once()
+            if not done:
+                break
+            count += done
+        return count
+
+    def run_once(self) -> int:
+        """Claim a batch of due events and process them; return how many were processed."""
+        if self.store.single_writer and not self.store.any_due():
+            return 0  # found without taking the write lock
+        with self._writing():
+            batch = self.store.claim_batch(
+                self.name, self.config.lease_seconds, limit=self.config.batch_size
+            )
+        if not batch:
+            return 0
+        if self.stopping.is_set():
+            for claimed in batch:
+                self.store.release(claimed)
+            return 0
+        heartbeat = _Heartbeat(self.store, batch, self.config.lease_seconds)
+        heartbeat.start()
+        timings: dict[int, _Timings] = {}
+        try:
+            works = [
+                work for claimed in batch if (work := self._work(claimed, timings)) is not None
+            ]
+            if self.store.single_writer and self._writers is not None:
+                outcomes = self._dispatch_in_turns(works)
+            elif self.store.single_writer:
+                outcomes = self._dispatch_yielding(works)
+            else:
+                outcomes = self.store.dispatch_many(works)
+        finally:
+            heartbeat.stop()
+        self._report(works, outcomes, timings)
+        self.processed += len(batch)
+        return len(batch)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """SQLite file: hold the writers' lock for the block (the web processes queue on it
+        rather than in SQLite's busy handler, which sleeps up to 100 ms between tries)."""
+        if self._writers is None:
+            yield
+            return
+        with self._writers.hold(self.store.busy_timeout):
+            yield
+
+    def _dispatch_in_turns(self, works: list[Work]) -> list[Outcome]:
+        """SQLite file: commit the batch in turns, each one transaction of as many events as
+        fit in about :data:`SQLITE_TURN_SECONDS` (one event at first; twice as many after a
+        quicker turn, half as many after one over twice that), each under the writers' lock the web
+        processes queue on, with a gap after each so that a waiting web process gets in
+        within a turn. A turn is one fsync for all its events, where one transaction per
+        event made the worker wait on the disk once per event."""
+        outcomes: list[Outcome] = []
+        done = 0
+        while done < len(works):
+            turn = works[done : done + self._turn]
+            started = time.monotonic()
+            with self._writing():
+                outcomes.extend(self.store.dispatch_many(turn))
+            held = time.monotonic() - started
+            done += len(turn)
+            # A turn's time is mostly its commit (an fsync) until its handlers take longer.
+            if held < SQLITE_TURN_SECONDS:
+                self._turn = min(self._turn * 2, max(1, self.config.batch_size))
+            elif held > 2 * SQLITE_TURN_SECONDS:
+                self._turn = max(1, self._turn // 2)
+            self._held_since_long_pause += held + SQLITE_GAP_SECONDS
+            if self._held_since_long_pause >= SQLITE_LONG_PAUSE_EVERY:
+                self._held_since_long_pause = 0.0
+                self.stopping.wait(SQLITE_LONG_PAUSE)
+            else:
+                self.stopping.wait(SQLITE_GAP_SECONDS)
+        return outcomes
+
+    def _dispatch_yielding(self, works: list[Work]) -> list[Outcome]:
+        """SQLite has one writer at a time, and a writer waiting for the lock (a webhook being
+        stored) sleeps between attempts, up to 100 ms: a worker committing back to back would
+        starve it into a 503. So on SQLite each event gets its own transaction, and the
+        worker then leaves the lock free: as long as the transaction took (at least 2 ms), or
+        110 ms after a transaction of 50 ms or more, so that any waiter's next attempt lands
+        in the gap."""
+        outcomes: list[Outcome] = []
+        for work in works:
+            started = time.monotonic()
+            outcomes.extend(self.store.dispatch_many([work]))
+            held = time.monotonic() - started
+            self.stopping.wait(SQLITE_LONG_PAUSE if held >= 0.05 else max(0.002, held))
+        return outcomes
+
+    def process(self, claimed: Claimed) -> str:
+        """Guard ``claimed`` and run its pending handlers; return the status written."""
+        timings: dict[int, _Timings] = {}
+        work = self._work(claimed, timings)
+        if work is None:  # closed without dispatch: dead, or failed and waiting for a retry
+            return self.store.status_of(claimed.pk) or EventStatus.DEAD
+        outcome = self.store.dispatch(work.claimed, work.handlers)
+        self._report([work], [outcome], timings)
+        return outcome.status
+
+    def process_object(self, object_key: str, event_pk: int, *, wait: float = 2.0) -> str | None:
+        """Process one object's events inline, in order, up to and including ``event_pk``;
+        return that event's status, or ``None`` when it could not be reached within ``wait``
+        seconds (another worker holds the object, or an earlier event of it waits for a
+        retry): it is then queued, and a worker dispatches it.
+        """
+        deadline = time.monotonic() + wait
+        for _ in range(1000):
+            claimed = self.store.claim_object(self.name, object_key, self.config.lease_seconds)
+            if claimed is None:
+                status = self.store.status_of(event_pk)
+                if status not in EventStatus.OPEN or time.monotonic() >= deadline:
+                    return status if status not in EventStatus.OPEN else None
+                self.stopping.wait(0.02)
+                continue
+            status = self.process(claimed)
+            if claimed.pk == event_pk:
+                return status
+        return None
+
+    def _work(self, claimed: Claimed, timings: dict[int, _Timings]) -> Work | None:
+        try:
+            event = parse_event(self.store.open_body(claimed.body, claimed.event_id))
+        except MalformedEvent as exc:  # stored by an older version, or edited by hand
+            if self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc)):
+                log.error(
+                    "event dead-lettered: its stored body cannot be parsed",
+                    extra=_about(claimed, action="dead_letter"),
+                )
+                signals.send(
+                    signals.event_dead_lettered,
+                    **_info(claimed),
+                    reason=f"unparseable body: {exc}",
+                    attempts=claimed.attempts,
+                )
+            return None
+        except BodyRedacted as exc:  # never dispatch what retention emptied
+            if self.store.finish(claimed, status=EventStatus.DEAD, error=exc.message):
+                log.error(
+                    "event dead-lettered: its body was redacted",
+                    extra=_about(claimed, action="dead_letter"),
+                )
+                signals.send(
+                    signals.event_dead_lettered,
+                    **_info(claimed),
+                    reason="body redacted",
+                    attempts=claimed.attempts,
+                )
+            return None
+        except DataUnavailable as exc:  # a data key missing here: retried, then dead-lettered
+            log.error(
+                "event body cannot be opened: %s",
+                exc.message,
+                extra=_about(claimed, action="data_key_error"),
+            )
+            written = self.store.finish(claimed, status="failed", error=f"body {exc.message}")
+            if written == EventStatus.DEAD:
+                signals.send(
+                    signals.event_dead_lettered,
+                    **_info(claimed),
+                    reason=f"body {exc.message}",
+                    attempts=claimed.attempts,
+                )
+            return None
+        timed = timings.setdefault(claimed.pk, _Timings())
+        handlers: list[HandlerCall] = [
+            (spec.name, timed.wrap(spec.name, partial(spec.call, event)), spec.wants_session)
+            for spec in self.registry.handlers_for(event.event_type)
+        ]
+        return Work(claimed=claimed, handlers=handlers)
+
+    def _report(
+        self, works: list[Work], outcomes: list[Outcome], timings: dict[int, _Timings]
+    ) -> None:
+        """Log each outcome (every line with the event's id and type) and send the signals,
+        after the outcomes were committed."""
+        reasons = self._reasons(
+            [w.claimed.pk for w, o in zip(works, outcomes, strict=True) if o.status in _GUARDED]
+        )
+        now = self.store.now()
+        for work, outcome in zip(works, outcomes, strict=True):
+            claimed = work.claimed
+            info = _info(claimed)
+            for name, status, seconds, error in timings.get(claimed.pk, _Timings()).runs():
+                signals.send(
+                    signals.handler_finished,
+                    **info,
+                    handler=name,
+                    status=status,
+                    duration_seconds=seconds,
+                )
+                if status == "failed":
+                    log.warning(
+                        "handler failed: %s: %s",
+                        type(error).__name__,
+                        _first_line(str(error)),
+                        extra=_about(claimed, action="handler_failed", handler=name),
+                    )
+                    signals.send(
+                        signals.handler_failed,
+                        **info,
+                        handler=name,
+                        error=error,
+                        attempts=claimed.attempts,
+                        will_retry=outcome.status != EventStatus.DEAD,
+                    )
+            if outcome.status in _GUARDED:
+                reason = reasons.get(claimed.pk) or ""
+                log.info(
+                    "event not dispatched (%s): %s",
+                    outcome.status,
+                    reason,
+                    extra=_about(claimed, action=outcome.status),
+                )
+                signal = (
+                    signals.event_stale
+                    if outcome.status == EventStatus.STALE
+                    else signals.event_duplicate
+                )
+                signals.send(signal, **info, reason=reason)
+            elif outcome.status == EventStatus.DONE:
+                latency = max(0.0, (now - as_utc(claimed.received_at)).total_seconds())
+                log.debug(
+                    "event dispatched",
+                    extra=_about(claimed, action="dispatched", latency_seconds=round(latency, 3)),
+                )
+                signals.send(
+                    signals.event_dispatched,
+                    **info,
+                    handlers=outcome.ran,
+                    attempts=claimed.attempts,
+                    latency_seconds=latency,
+                )
+            elif outcome.status == EventStatus.DEAD:
+                reason = (
+                    f"out of attempts ({claimed.attempts}): {_first_line(outcome.failures[0])}"
+                    if outcome.failures
+                    else "deferred past the deferral limit"
+                )
+                signals.send(
+                    signals.event_dead_lettered, **info, reason=reason, attempts=claimed.attempts
+                )
+
+    def _reasons(self, pks: list[int]) -> dict[int, str]:
+        """The guard's reasons (kept in ``last_error``) of the events it did not dispatch."""
+        if not pks:
+            return {}
+        table = InboxEvent.__table__  # type: ignore[attr-defined]
+        try:
+            with self.store.deferred.connect() as conn:
+                rows = conn.execute(
+                    select(table.c.id, table.c.last_error).where(table.c.id.in_(pks))
+                )
+                return {int(r.id): r.last_error or "" for r in rows}
+        except SQLAlchemyError:  # only the reasons are missing from the logs
+            return {}
+
+
+def writers_lock(store: Store) -> WritersLock | None:
+    """The writers' lock of a SQLite database file (the one its web processes queue on, see
+    :mod:`receiver.storage.filelock`); ``None`` on PostgreSQL or an in-memory database."""
+    if not store.single_writer:
+        return None
+    database = store.engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return WritersLock(database + WRITERS_LOCK_SUFFIX)
+
+
+#: Outcomes the guard decided (the event was recorded, not dispatched).
+_GUARDED = (EventStatus.STALE, EventStatus.DUPLICATE)
+
+
+def _info(claimed: Claimed) -> dict[str, Any]:
+    """The keyword arguments every event signal carries."""
+    return {
+        "event_id": claimed.event_id,
+        "event_type": claimed.event_type,
+        "source": claimed.source,
+        "object_key": claimed.object_key,
+    }
+
+
+def _about(claimed: Claimed, **extra: Any) -> dict[str, Any]:
+    """The ``extra`` of a log line about an event: always its id and type."""
+    return {"event_id": claimed.event_id, "event_type": claimed.event_type, **extra}
+
+
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0][:200]
+
+
+@dataclass(slots=True)
+class _Timings:
+    """How long each handler of one event took and how it ended (the latest run of each:
+    a batch retried one by one after a lost lease runs its handlers again)."""
+
+    _runs: dict[str, tuple[str, float, Any]] = field(default_factory=dict)
+
+    def wrap(self, name: str, call: Callable[[Session], None]) -> Callable[[Session], None]:
+        def timed(session: Session) -> None:
+            started = time.perf_counter()
+            try:
+                call(session)
+            except Defer as exc:
+                self._runs[name] = ("deferred", time.perf_counter() - started, exc)
+                raise
+            except Exception as exc:
+                self._runs[name] = ("failed", time.perf_counter() - started, exc)
+                raise
+            self._runs[name] = ("succeeded", time.perf_counter() - started, None)
+
+        return timed
+
+    def runs(self) -> list[tuple[str, str, float, Any]]:
+        return [(name, status, secs, err) for name, (status, secs, err) in self._runs.items()]
+
+
+class _Heartbeat:
+    """Renews the leases of a claimed batch every third of the lease while it is processed."""
+
+    def __init__(self, store: Store, batch: list[Claimed], lease_seconds: float) -> None:
+        self._store = store
+        self._held = {c.pk: c for c in batch}
+        self._lease = lease_seconds
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hookledger-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def forget(self, claimed: Claimed) -> None:
+        with self._lock:
+            self._held.pop(claimed.pk, None)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=self._lease)
+
+    def _run(self) -> None:
+        while not self._done.wait(self._lease / 3):
+            with self._lock:
+                held = list(self._held.values())
+            if not held:
+                return
+            try:
+                kept = self._store.renew(held, self._lease)
+            except Exception:  # noqa: BLE001 - keep trying; the lease may still hold
+                log.exception("could not renew the lease", extra={"action": "lease_renew"})
+                continue
+            if kept < len(held):
+                log.warning(
+                    "%d lease(s) lost while handlers ran",
+                    len(held) - kept,
+                    extra={"action": "lease_lost"},
+                )

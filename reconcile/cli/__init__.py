@@ -1,0 +1,1 @@
+"""The ``reconcile`` command (entry point :func:`reconcile.cli.commands.main`)."""

@@ -1,0 +1,42 @@
+"""The processor API over ``requests``: the client, paging, the admin events API.
+
+``from reconcile.client.processor import ProcessorClient`` is the public path; the client lives in
+:mod:`reconcile.client.processor`, paging in :mod:`reconcile.client.paging`, the admin events
+API in :mod:`reconcile.client.events_api`.
+"""
+
+from reconcile.client.processor import (
+    OBJECT_KINDS as OBJECT_KINDS,
+)
+from reconcile.client.processor import (
+    ApiClient as ApiClient,
+)
+from reconcile.client.processor import (
+    Environment as Environment,
+)
+from reconcile.client.processor import (
+    ObjectKind as ObjectKind,
+)
+from reconcile.client.processor import (
+    ProcessorClient as ProcessorClient,
+)
+from reconcile.client.processor import (
+    RetryPolicy as RetryPolicy,
+)
+from reconcile.client.processor import (
+    environment_of_key as environment_of_key,
+)
+from reconcile.client.processor import (
+    path_segment as path_segment,
+)
+
+__all__ = [
+    "OBJECT_KINDS",
+    "ApiClient",
+    "Environment",
+    "ObjectKind",
+    "ProcessorClient",
+    "RetryPolicy",
+    "environment_of_key",
+    "path_segment",
+]

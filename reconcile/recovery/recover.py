@@ -1,0 +1,226 @@
+"""From remote objects to recovered events: the step the lists and the sweep share.
+
+Given remote objects of one kind (listed, or fetched by id), compare each with the local
+projection (:func:`reconcile.core.diff.compare`), follow the ones that have not settled (for the
+sweep), and feed every missed transition into the receiver's inbox as a synthesised event
+(source ``reconcile``), unless the object already has an event waiting in the inbox
+(``queued``: the worker may settle it; the next run looks again). A remote row that cannot
+be stored is reported and skipped, never an error of the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import reconcile.core.diff as diff
+from receiver.core.clock import Clock, as_utc, utcnow
+from receiver.core.events import parse_event
+from receiver.storage.tables import EventStatus, Source
+from receiver.store import Store
+from reconcile.core.diff import BadRow, Finding, Remote
+from reconcile.core.errors import ProcessorError, escape_id
+from reconcile.core.report import Tally
+from reconcile.recovery.sweep import FollowedObjects
+from reconcile.storage.store import ReconcileStore
+
+log = logging.getLogger("reconcile.recovery")
+
+#: Fetch one object by kind and id (the API client's ``get_object``).
+Fetch = Callable[[str, str], dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoveryOptions:
+    merchant_id: str | None = None
+    dry_run: bool = False
+    #: The inbox source of synthesised events (``backfill`` for an explicit backfill).
+    source: str = Source.RECONCILE
+    #: Most objects re-fetched in a run to confirm a projection that looks ahead of a
+    #: listing (the rest are reported ``local_ahead`` unconfirmed).
+    confirm_budget: int = 100
+
+
+class Recovery:
+    """Diffs remote objects against the projection and recovers what the inbox missed."""
+
+    def __init__(
+        self,
+        inbox: Store,
+        store: ReconcileStore,
+        followed: FollowedObjects,
+        *,
+        options: RecoveryOptions | None = None,
+        fetch: Fetch | None = None,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.inbox = inbox
+        self.store = store
+        self.followed = followed
+        self.options = options or RecoveryOptions()
+        self.fetch = fetch
+        self.clock = clock
+        #: Requests spent confirming, per kind (they count toward the run's budget).
+        self.spent: Counter[str] = Counter()
+
+    def __repr__(self) -> str:
+        return f"Recovery(dry_run={self.options.dry_run})"
+
+    def read(self, kind: str, rows: Sequence[object], tally: Tally) -> list[Remote]:
+        """Read raw rows into :class:`Remote` objects; bad rows are reported in ``tally``."""
+        remotes: list[Remote] = []
+        for row in rows:
+            read = diff.read_remote(kind, row)
+            if isinstance(read, BadRow):
+                tally.checked += 1
+                tally.note_bad_row(str(read))
+                log.warning("bad remote row skipped: %s", read, extra={"action": "bad_row"})
+            else:
+                remotes.append(read)
+        return remotes
+
+    def process(
+        self,
+        kind: str,
+        remotes: Sequence[Remote],
+        tally: Tally,
+        *,
+        run_id: int | None = None,
+        confirm_ahead: bool = True,
+    ) -> None:
+        """Diff ``remotes`` (distinct objects of ``kind``) and recover what is missed.
+
+        ``run_id``: mark them seen by that run (the lists' local-only check needs it).
+        ``confirm_ahead``: a projection ahead of a *listed* object may only mean the page
+        was read before a webhook arrived; fetch the object again before calling it drift.
+        """
+        if not remotes:
+            return
+        now = as_utc(self.clock())
+        plan = None if self.options.dry_run else self.followed.plan(remotes, now=now)
+        differing = self.store.observe(
+            run_id,
+            kind,
+            [(r.object_id, r.state) for r in remotes],
+            also=(lambda conn: self.followed.write(conn, plan)) if plan else None,
+        )
+        missed: list[Finding] = []
+        ahead: list[Finding] = []
+        for remote in remotes:
+            tally.checked += 1
+            if remote.state is not None and remote.object_id not in differing:
+                tally.in_sync += 1
+                continue
+            finding = diff.compare(remote, differing.get(remote.object_id))
+            if finding.verdict == "local_ahead" and confirm_ahead and self.fetch is not None:
+                ahead.append(finding)
+            else:
+                self._count(finding, tally, missed)
+        for finding in self._confirm(kind, ahead):
+            self._count(finding, tally, missed)
+        self._recover(kind, missed, tally, now)
+
+    @staticmethod
+    def _count(finding: Finding, tally: Tally, missed: list[Finding]) -> None:
+        if finding.verdict == "in_sync":
+            tally.in_sync += 1
+        elif finding.verdict == "no_event":
+            tally.no_event += 1
+        elif finding.verdict == "unknown_status":
+            state = finding.remote.state
+            tally.note_unknown(
+                f"{escape_id(finding.object_id)}: status {state.status if state else None}"
+            )
+        elif finding.verdict == "local_ahead":
+            tally.note_local_ahead(finding.describe())
+        else:
+            missed.append(finding)
+
+    def _confirm(self, kind: str, ahead: list[Finding]) -> list[Finding]:
+        """Fetch objects whose listing looked older than the projection; judge them fresh."""
+        if not ahead:
+            return []
+        assert self.fetch is not None
+        fresh: list[Finding] = []
+        for finding in ahead:
+            if sum(self.spent.values()) >= self.options.confirm_budget:
+                fresh.append(finding)
+                continue
+            self.spent[kind] += 1
+            try:
+                row = self.fetch(kind, finding.object_id)
+            except ProcessorError as exc:
+                log.warning("could not confirm %s: %s", kind, type(exc).__name__)
+                fresh.append(finding)
+                continue
+            read = diff.read_remote(kind, row)
+            if isinstance(read, BadRow) or read.object_id != finding.object_id:
+                fresh.append(finding)
+                continue
+            local = self.store.local_states(kind, [read.object_id]).get(read.object_id)
+            fresh.append(diff.compare(read, local))
+        return fresh
+
+    def _recover(self, kind: str, missed: list[Finding], tally: Tally, now: datetime) -> None:
+        if not missed:
+            return
+        bodies: list[tuple[Finding, bytes, str, diff.DatedBy]] = []
+        for finding in missed:
+            assert finding.event_type is not None
+            try:
+                body, event_id, dated_by = diff.synthesise(
+                    finding, merchant_id=self.options.merchant_id, observed=now
+                )
+            except ValueError as exc:
+                tally.note_bad_row(f"{kind} {escape_id(finding.object_id)}: {exc}")
+                continue
+            bodies.append((finding, body, event_id, dated_by))
+        if not bodies:
+            return
+        if self.options.dry_run:
+            waiting = self.inbox.waiting(f"{kind}:{f.object_id}" for f, _, _, _ in bodies)
+            for finding, _body, _event_id, _dated_by in bodies:
+                assert finding.event_type is not None
+                if f"{kind}:{finding.object_id}" in waiting:
+                    tally.queued += 1
+                else:
+                    tally.recovered[finding.event_type] += 1
+            return
+        # One transaction: objects with an event already waiting in the inbox are skipped
+        # (queued: what the worker does next may settle them), the others inserted.
+        results = self.inbox.insert_synthesised(
+            [(parse_event(body), body) for _, body, _, _ in bodies],
+            source=self.options.source,
+            unless_queued=True,
+        )
+        recheck: list[tuple[Finding, str]] = []
+        for finding, _body, event_id, dated_by in bodies:
+            assert finding.event_type is not None
+            state = results[event_id]
+            if state == "inserted":
+                tally.recovered[finding.event_type] += 1
+                tally.dated_by[dated_by] += 1
+            elif state == "queued" or state in EventStatus.OPEN:
+                tally.queued += 1
+            else:
+                recheck.append((finding, state))
+        self._recheck(kind, recheck, tally)
+
+    def _recheck(self, kind: str, found: list[tuple[Finding, str]], tally: Tally) -> None:
+        """Recovery events that were already there and are finished: if the projection has
+        caught up meanwhile (the worker was busy with them), it is in sync; otherwise the
+        guard refused or dead-lettered them, and a person should look."""
+        if not found:
+            return
+        now_local = self.store.local_states(kind, [f.object_id for f, _ in found])
+        for finding, state in found:
+            local = now_local.get(finding.object_id)
+            remote = finding.remote.state
+            if local is not None and remote is not None and local.state.key == remote.key:
+                tally.in_sync += 1
+            else:
+                tally.note_mismatch(f"{finding.describe()}, recovery event {state}")

@@ -1,0 +1,400 @@
+"""The open-object sweep: re-fetch by id every object that has not settled yet.
+
+The processor's lists filter on *creation* time, so a late change to an old object (an
+authorisation that expires on day 7, a dispute decided on day 30, a payout reversed after
+its success, a refund that fails days later, a mandate revoked months on) never shows up in
+a recent creation window. The sweep catches those: every object whose projection, or whose
+last remote state, is not settled for its kind
+(:meth:`receiver.core.transitions.Lifecycle.is_settled`)
+is fetched again by id (``GET /payments/{id}``, ``/refunds/{id}``, ``/disputes/{id}``,
+``/payouts/{id}``, ``/mandates/{id}``), until it settles or grows older than its kind's
+horizon. What it finds goes through the same diff and inbox as the lists.
+
+Checks are spaced out as an object ages: the next one comes after as long as the object has
+existed (at least ``min_interval``, at most the kind's ``max_interval``), so a young object
+is looked at often and an old one about daily; each run spends at most its request budget,
+oldest-due first, and reports what it had to leave overdue. Nothing here is a loop that
+can run away: one request per object, a fixed budget per run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    union_all,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
+
+import receiver.core.transitions as transitions
+from receiver.core.clock import Clock, as_utc, utcnow
+from receiver.storage.database import deferred_begin
+from receiver.storage.tables import Projection
+from reconcile.core.diff import Remote
+from reconcile.storage.tables import FollowedObject
+
+log = logging.getLogger("reconcile.sweep")
+
+F: Table = FollowedObject.__table__  # type: ignore[attr-defined]
+P: Table = Projection.__table__  # type: ignore[attr-defined]
+
+DAY: Final = timedelta(days=1)
+
+#: Per kind, how long after its creation an object is still followed (its lifecycle's
+#: reach: a manual-capture authorisation lives 7 days and asynchronous payment methods
+#: settle within weeks; refunds and payouts can fail or be reversed days later; disputes are
+#: decided months after they open; a mandate can be revoked any time while it is used).
+DEFAULT_HORIZONS: Final[Mapping[str, timedelta]] = {
+    "payment": 30 * DAY,
+    "refund": 30 * DAY,
+    "dispute": 180 * DAY,
+    "payout": 30 * DAY,
+    "mandate": 400 * DAY,
+}
+#: Statuses with a shorter reach than their kind's: a payment nobody has paid yet (no
+#: payment method attached, not confirmed) is an abandoned checkout after two days.
+DEFAULT_STATUS_HORIZONS: Final[Mapping[tuple[str, str], timedelta]] = {
+    ("payment", "requires_payment_method"): 2 * DAY,
+    ("payment", "requires_confirmation"): 2 * DAY,
+}
+DEFAULT_MAX_INTERVALS: Final[Mapping[str, timedelta]] = {
+    "payment": DAY,
+    "refund": DAY,
+    "dispute": DAY,
+    "payout": DAY,
+    "mandate": 7 * DAY,
+}
+#: The kinds the sweep follows, in the order a run sweeps them.
+SWEPT_KINDS: Final = ("payment", "refund", "dispute", "payout", "mandate")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SweepPolicy:
+    """How long objects are followed and how often they are checked (pure)."""
+
+    horizons: Mapping[str, timedelta] = field(default_factory=lambda: dict(DEFAULT_HORIZONS))
+    status_horizons: Mapping[tuple[str, str], timedelta] = field(
+        default_factory=lambda: dict(DEFAULT_STATUS_HORIZONS)
+    )
+    min_interval: timedelta = timedelta(minutes=10)
+    max_intervals: Mapping[str, timedelta] = field(
+        default_factory=lambda: dict(DEFAULT_MAX_INTERVALS)
+    )
+
+    def __post_init__(self) -> None:
+        for name, value in [*self.horizons.items(), *self.max_intervals.items()]:
+            if value <= timedelta(0):
+                raise ValueError(f"the sweep's {name} setting must be positive")
+        if self.min_interval <= timedelta(0):
+            raise ValueError("the sweep's minimum interval must be positive")
+
+    def horizon(self, kind: str, status: str | None = None) -> timedelta:
+        kind_horizon = self.horizons.get(kind, DEFAULT_HORIZONS.get(kind, 30 * DAY))
+        if status is not None and (kind, status) in self.status_horizons:
+            return min(kind_horizon, self.status_horizons[(kind, status)])
+        return kind_horizon
+
+    def interval(self, kind: str, age: timedelta) -> timedelta:
+        """The wait before the next check of an object ``age`` old."""
+        ceiling = self.max_intervals.get(kind, DAY)
+        return max(self.min_interval, min(ceiling, age))
+
+    def next_check(self, kind: str, born: datetime | None, now: datetime) -> datetime:
+        age = now - as_utc(born) if born is not None else timedelta(0)
+        return now + self.interval(kind, max(age, timedelta(0)))
+
+    def within_horizon(self, kind: str, status: str, born: datetime | None, now: datetime) -> bool:
+        return born is None or as_utc(born) >= now - self.horizon(kind, status)
+
+
+def unsettled(kind: str, status_column: Any, stage_column: Any) -> Any:
+    """A SQL condition: the state in those columns is not settled for ``kind``."""
+    model = transitions.lifecycle(kind)
+    if model is None:
+        return literal(False)
+    open_statuses = sorted(model.statuses - model.settled)
+    condition = status_column.in_(open_statuses) if open_statuses else literal(False)
+    if model.stages:
+        reopenable = sorted(
+            status
+            for status in model.settled
+            if not model.is_settled(transitions.State(kind, status, model.stages[0]))
+        )
+        if reopenable:
+            condition = or_(
+                condition,
+                and_(
+                    status_column.in_(reopenable),
+                    func.coalesce(stage_column, transitions.DEFAULT_DISPUTE_STAGE)
+                    != model.stages[-1],
+                ),
+            )
+    return condition
+
+
+@dataclass(slots=True)
+class FollowPlan:
+    """What one look at some remote objects changes in the sweep's follow list."""
+
+    follow: list[dict[str, Any]] = field(default_factory=list)
+    settle: dict[str, list[str]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.follow or self.settle)
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """An object the sweep should fetch now."""
+
+    kind: str
+    object_id: str
+    due_at: datetime | None
+
+
+class FollowedObjects:
+    """The sweep's storage: which objects to follow and when each is due."""
+
+    def __init__(
+        self, engine: Engine, *, policy: SweepPolicy | None = None, clock: Clock = utcnow
+    ) -> None:
+        self.engine = engine
+        self.reader = deferred_begin(engine)
+        self.policy = policy or SweepPolicy()
+        self.clock = clock
+        self._pg = engine.dialect.name == "postgresql"
+
+    def __repr__(self) -> str:
+        return f"FollowedObjects(dialect={self.engine.dialect.name!r})"
+
+    def now(self) -> datetime:
+        return as_utc(self.clock())
+
+    def observed(self, remotes: Iterable[Remote], *, now: datetime | None = None) -> int:
+        """Record what the reconciler just saw of ``remotes`` (see :meth:`plan`), in a
+        transaction of its own; returns how many are followed."""
+        plan = self.plan(remotes, now=now)
+        if plan:
+            with self.engine.begin() as conn:
+                self.write(conn, plan)
+        return len(plan.follow)
+
+    def plan(self, remotes: Iterable[Remote], *, now: datetime | None = None) -> FollowPlan:
+        """What seeing ``remotes`` changes: an unsettled one is followed (its next check
+        spaced by its age), a settled one (or one past its horizon) no longer."""
+        now = now or self.now()
+        plan = FollowPlan()
+        for remote in remotes:
+            state = remote.state
+            if state is None or transitions.lifecycle(remote.kind) is None:
+                continue
+            if transitions.is_settled(state):
+                plan.settle.setdefault(remote.kind, []).append(remote.object_id)
+                continue
+            created = remote.created
+            if not self.policy.within_horizon(remote.kind, state.status, created, now):
+                plan.settle.setdefault(remote.kind, []).append(remote.object_id)
+                continue
+            plan.follow.append(
+                {
+                    "kind": remote.kind,
+                    "object_id": remote.object_id,
+                    "created_at": created,
+                    "first_seen_at": now,
+                    "status": state.status,
+                    "stage": state.stage,
+                    "last_checked_at": now,
+                    "next_check_at": self.policy.next_check(remote.kind, created, now),
+                    "checks": 1,
+                }
+            )
+        return plan
+
+    def write(self, conn: Connection, plan: FollowPlan) -> None:
+        """Write ``plan`` on ``conn`` (inside the caller's transaction)."""
+        if plan.follow:
+            insert = (postgresql.insert if self._pg else sqlite.insert)(F)
+            conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=["kind", "object_id"],
+                    set_={
+                        "created_at": func.coalesce(insert.excluded.created_at, F.c.created_at),
+                        "status": insert.excluded.status,
+                        "stage": insert.excluded.stage,
+                        "last_checked_at": insert.excluded.last_checked_at,
+                        "next_check_at": insert.excluded.next_check_at,
+                        "checks": F.c.checks + 1,
+                    },
+                ),
+                plan.follow,
+            )
+        for kind, ids in plan.settle.items():
+            if self._pg:
+                # One array parameter: the statement text is the same for every chunk.
+                conn.execute(
+                    delete(F).where(
+                        F.c.kind == kind,
+                        F.c.object_id == any_(bindparam("ids", ids, type_=ARRAY(Text()))),
+                    )
+                )
+            else:
+                conn.execute(delete(F).where(F.c.kind == kind, F.c.object_id.in_(ids)))
+
+    def postpone(
+        self, kind: str, object_ids: Sequence[str], *, now: datetime | None = None
+    ) -> None:
+        """Space out the next check of objects whose fetch failed (not found, say), so one
+        bad object cannot take the whole budget run after run."""
+        now = now or self.now()
+        if not object_ids:
+            return
+        born = self.born(kind, object_ids)
+        rows = [
+            {
+                "kind": kind,
+                "object_id": object_id,
+                "created_at": born.get(object_id),
+                "first_seen_at": now,
+                "status": "unknown",
+                "stage": None,
+                "last_checked_at": now,
+                "next_check_at": self.policy.next_check(kind, born.get(object_id), now),
+                "checks": 1,
+            }
+            for object_id in object_ids
+        ]
+        insert = (postgresql.insert if self._pg else sqlite.insert)(F)
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=["kind", "object_id"],
+                    set_={
+                        "last_checked_at": insert.excluded.last_checked_at,
+                        "next_check_at": insert.excluded.next_check_at,
+                        "checks": F.c.checks + 1,
+                    },
+                ),
+                rows,
+            )
+
+    def born(self, kind: str, object_ids: Sequence[str]) -> dict[str, datetime]:
+        """Creation times known for ``object_ids`` (projection first, then the follow row)."""
+        with self.reader.connect() as conn:
+            found = {
+                r.object_id: as_utc(r.created)
+                for r in conn.execute(
+                    select(P.c.object_id, P.c.object_created_at.label("created")).where(
+                        P.c.object_kind == kind,
+                        P.c.object_id.in_(list(object_ids)),
+                        P.c.object_created_at.is_not(None),
+                    )
+                )
+            }
+            for r in conn.execute(
+                select(F.c.object_id, F.c.created_at).where(
+                    F.c.kind == kind,
+                    F.c.object_id.in_([i for i in object_ids if i not in found]),
+                    F.c.created_at.is_not(None),
+                )
+            ):
+                found[r.object_id] = as_utc(r.created_at)
+        return found
+
+    def due(self, kind: str, *, limit: int, now: datetime | None = None) -> tuple[list[Due], int]:
+        """Up to ``limit`` objects of ``kind`` due for a check, oldest-due first, and how
+        many are due in all.
+
+        Due: an unsettled projection within the kind's horizon with no follow row or a due
+        one, or a follow row (an object listed, fetched or adopted unsettled) that is due.
+        """
+        now = now or self.now()
+        since = now - self.policy.horizon(kind)
+        from_projection = (
+            select(
+                P.c.object_id.label("object_id"),
+                F.c.next_check_at.label("due_at"),
+                P.c.status.label("status"),
+                func.coalesce(P.c.object_created_at, F.c.created_at).label("born"),
+            )
+            .select_from(
+                P.outerjoin(F, and_(F.c.kind == P.c.object_kind, F.c.object_id == P.c.object_id))
+            )
+            .where(
+                P.c.object_kind == kind,
+                unsettled(kind, P.c.status, P.c.stage),
+                or_(P.c.object_created_at.is_(None), P.c.object_created_at >= since),
+                or_(F.c.next_check_at.is_(None), F.c.next_check_at <= now),
+            )
+        )
+        from_follow = select(
+            F.c.object_id.label("object_id"),
+            F.c.next_check_at.label("due_at"),
+            F.c.status.label("status"),
+            F.c.created_at.label("born"),
+        ).where(
+            F.c.kind == kind,
+            F.c.next_check_at <= now,
+            func.coalesce(F.c.created_at, F.c.first_seen_at) >= since,
+            ~select(P.c.object_id)
+            .where(P.c.object_kind == kind, P.c.object_id == F.c.object_id)
+            .exists(),
+        )
+        candidates = union_all(from_projection, from_follow).subquery("due")
+        young = [
+            or_(
+                candidates.c.status != status,
+                candidates.c.born.is_(None),
+                candidates.c.born >= now - self.policy.horizon(kind, status),
+            )
+            for (of_kind, status) in self.policy.status_horizons
+            if of_kind == kind
+        ]
+        with self.reader.connect() as conn:
+            total = int(
+                conn.execute(
+                    select(func.count()).select_from(candidates).where(*young)
+                ).scalar_one()
+            )
+            rows = conn.execute(
+                select(candidates.c.object_id, candidates.c.due_at)
+                .where(*young)
+                .order_by(candidates.c.due_at.asc().nulls_first(), candidates.c.object_id)
+                .limit(limit)
+            ).all()
+        picked = [
+            Due(kind, row.object_id, as_utc(row.due_at) if row.due_at is not None else None)
+            for row in rows
+        ]
+        return picked, total
+
+    def forget_aged(self, kind: str, *, now: datetime | None = None) -> int:
+        """Stop following objects past their kind's horizon; returns how many."""
+        now = now or self.now()
+        since = now - self.policy.horizon(kind)
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                delete(F).where(
+                    F.c.kind == kind, func.coalesce(F.c.created_at, F.c.first_seen_at) < since
+                )
+            )
+        return int(result.rowcount or 0)
+
+
+Fetch = Callable[[str, str], dict[str, Any]]

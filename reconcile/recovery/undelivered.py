@@ -1,0 +1,270 @@
+"""The events-API path: undelivered webhooks, recovered with their original signed bytes.
+
+Where the merchant has the processor's admin credential, Hyperswitch's events API lists the
+webhooks it could not deliver (``POST /events/{merchant_id}`` with ``is_delivered: false``,
+the last 90 days) and keeps each one's original request (``GET
+/events/{merchant_id}/{event_id}/attempts``). This path fetches that request, verifies its
+``X-Webhook-Signature-512`` over the original bytes with the configured webhook secrets,
+and stores it under its **original** ``event_id`` with source ``recovered``: a later
+processor retry of the same event is then an exact duplicate, and the handlers see the
+very event the processor meant to send (not a synthesised one). A signature that does not
+verify is reported and never stored. Optionally the processor is asked to re-send it.
+
+On an adopted account, undelivered events created before the cut-over are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+from sqlalchemy import Table, select
+
+from receiver.core.errors import MalformedEvent, SignatureError
+from receiver.core.events import parse_event, parse_timestamp
+from receiver.core.signature import SIGNATURE_HEADER, Secret, verify
+from receiver.storage.tables import InboxEvent, Source
+from receiver.store import Store
+from reconcile.client.paging import Pager
+from reconcile.core.diff import clean_text
+from reconcile.core.errors import ProcessorError, escape_id
+from reconcile.core.report import SAMPLE, EventsReport
+
+log = logging.getLogger("reconcile.undelivered")
+
+E: Table = InboxEvent.__table__  # type: ignore[attr-defined]
+
+#: Listed events looked up in the inbox together.
+BATCH: Final = 100
+
+
+class EventsApi(Protocol):
+    """What this path needs of the admin events client
+    (:class:`reconcile.client.processor.EventsClient`)."""
+
+    def iter_events(
+        self,
+        merchant_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        is_delivered: bool | None = False,
+        page_size: int = 100,
+        max_requests: int | None = None,
+        on_stuck: Any = "raise",
+    ) -> Pager: ...
+
+    def event_attempts(self, merchant_id: str, event_id: str) -> list[dict[str, Any]]: ...
+
+    def retry_event(self, merchant_id: str, event_id: str) -> dict[str, Any]: ...
+
+
+def _note(sample: list[str], item: str) -> None:
+    if len(sample) < SAMPLE:
+        sample.append(item)
+
+
+def initial_request(attempts: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The stored request of an event's initial delivery attempt (every retry re-sends it)."""
+    for attempt in attempts:
+        if not isinstance(attempt, Mapping):
+            continue
+        initial = attempt.get("delivery_attempt") == "initial_attempt" or (
+            attempt.get("event_id") is not None
+            and attempt.get("event_id") == attempt.get("initial_attempt_id")
+        )
+        if initial and isinstance(attempt.get("request"), Mapping):
+            return attempt["request"]  # type: ignore[no-any-return]
+    for attempt in attempts:
+        if isinstance(attempt, Mapping) and isinstance(attempt.get("request"), Mapping):
+            return attempt["request"]  # type: ignore[no-any-return]
+    return None
+
+
+def header_pairs(raw: object) -> list[tuple[str, str]]:
+    """Request headers as (name, value) pairs (the API sends ``[[name, value], ...]``)."""
+    pairs: list[tuple[str, str]] = []
+    if isinstance(raw, Mapping):
+        raw = list(raw.items())
+    if isinstance(raw, list):
+        for item in raw:
+            if (
+                isinstance(item, (list, tuple))
+                and len(item) == 2
+                and all(isinstance(part, str) for part in item)
+            ):
+                pairs.append((item[0], item[1]))
+    return pairs
+
+
+class UndeliveredEvents:
+    """Recovers undelivered webhooks through the events API into ``inbox``."""
+
+    def __init__(
+        self,
+        api: EventsApi,
+        inbox: Store,
+        secrets: Iterable[Secret],
+        merchant_id: str,
+        *,
+        resend: bool = False,
+        page_size: int = 100,
+        max_requests: int = 1_000,
+    ) -> None:
+        """``max_requests`` bounds a run's requests on this path: the listing and the
+        attempts fetched for each undelivered event together."""
+        self.api = api
+        self.inbox = inbox
+        self.secrets = tuple(secrets)
+        if not self.secrets:
+            raise ValueError("verifying recovered webhooks needs the webhook secrets")
+        if not merchant_id:
+            raise ValueError("the events API needs the merchant id (HOOKLEDGER_MERCHANT_ID)")
+        self.merchant_id = merchant_id
+        self.resend = resend
+        self.page_size = page_size
+        self.max_requests = max_requests
+
+    def __repr__(self) -> str:
+        return f"UndeliveredEvents(merchant_id={self.merchant_id!r}, resend={self.resend})"
+
+    def run(self, start: datetime, end: datetime, report: EventsReport, *, dry_run: bool) -> None:
+        cutover = self.inbox.cutover()
+        pager = self.api.iter_events(
+            self.merchant_id,
+            start,
+            end,
+            is_delivered=False,
+            page_size=self.page_size,
+            max_requests=self.max_requests,
+            on_stuck="report",
+        )
+        self._spent = 0
+        self._pager = pager
+        self._left_over = 0
+        batch: list[str] = []
+        try:
+            for item in pager:
+                report.listed += 1
+                event_id = item.get("event_id") if isinstance(item, Mapping) else None
+                problem = clean_text(event_id)
+                if problem is not None:
+                    report.bad_rows += 1
+                    _note(
+                        report.bad_rows_sample, f"event {escape_id(event_id)}: event_id {problem}"
+                    )
+                    continue
+                assert isinstance(event_id, str)
+                created = parse_timestamp(item.get("created"))
+                if cutover is not None and created is not None and created < cutover.at:
+                    report.before_cutover += 1
+                    continue
+                batch.append(event_id)
+                if len(batch) >= BATCH:
+                    self._recover(batch, report, dry_run)
+                    batch = []
+            self._recover(batch, report, dry_run)
+        except ProcessorError as exc:
+            report.remote_errors.append(f"{type(exc).__name__}: {exc}")
+            log.error("listing undelivered events failed: %s", type(exc).__name__)
+        finally:
+            report.requests += pager.requests
+            if self._left_over:
+                report.incomplete.append(
+                    f"the request budget of {self.max_requests} was spent: {self._left_over} "
+                    "undelivered event(s) left for the next run"
+                )
+            report.incomplete += [
+                f"{w.start.isoformat()}..{w.end.isoformat()}: {w.reason}" for w in pager.incomplete
+            ]
+            for problem_row in getattr(pager, "row_errors", ()):
+                report.bad_rows += 1
+                _note(
+                    report.bad_rows_sample,
+                    f"event {problem_row.object_id or '(no id)'}: {problem_row.reason}",
+                )
+
+    def _stored(self, event_ids: Sequence[str]) -> set[str]:
+        with self.inbox.deferred.connect() as conn:
+            rows = conn.execute(select(E.c.event_id).where(E.c.event_id.in_(list(event_ids))))
+            return {row.event_id for row in rows}
+
+    def _recover(self, event_ids: list[str], report: EventsReport, dry_run: bool) -> None:
+        if not event_ids:
+            return
+        stored = self._stored(event_ids)
+        for event_id in event_ids:
+            if event_id in stored:
+                report.already_stored += 1
+                continue
+            if self._pager.requests + self._spent >= self.max_requests:
+                self._left_over += 1
+                continue
+            self._spent += 1
+            report.requests += 1
+            attempts = self.api.event_attempts(self.merchant_id, event_id)
+            self._one(event_id, attempts, report, dry_run)
+
+    def _one(
+        self, event_id: str, attempts: list[dict[str, Any]], report: EventsReport, dry_run: bool
+    ) -> None:
+        shown = escape_id(event_id)
+        request = initial_request(attempts) if isinstance(attempts, list) else None
+        raw_body = request.get("body") if request is not None else None
+        if not isinstance(raw_body, str):
+            report.bad_rows += 1
+            _note(report.bad_rows_sample, f"event {shown}: no stored request body")
+            return
+        try:
+            body = raw_body.encode("utf-8")
+        except UnicodeEncodeError:
+            report.bad_rows += 1
+            _note(report.bad_rows_sample, f"event {shown}: the stored body is not UTF-8")
+            return
+        headers = header_pairs(request.get("headers") if request is not None else None)
+        signature = next(
+            (value for name, value in headers if name.lower() == SIGNATURE_HEADER.lower()), None
+        )
+        try:
+            secret_id = verify(body, signature, self.secrets)
+        except SignatureError as exc:
+            report.bad_signature += 1
+            _note(report.bad_signature_sample, f"event {shown}: {exc.message}")
+            log.warning(
+                "undelivered event not stored: its signature does not verify",
+                extra={"action": "bad_signature", "event_id": event_id},
+            )
+            return
+        try:
+            event = parse_event(body)
+        except MalformedEvent as exc:
+            report.bad_rows += 1
+            _note(report.bad_rows_sample, f"event {shown}: {exc.message}")
+            return
+        if event.event_id != event_id:
+            report.bad_rows += 1
+            _note(report.bad_rows_sample, f"event {shown}: its stored body carries another id")
+            return
+        if dry_run:
+            report.recovered[event.event_type] += 1
+            return
+        result = self.inbox.insert(
+            event, body, headers=headers, secret_id=secret_id, source=Source.RECOVERED
+        )
+        if result.result == "inserted":
+            report.recovered[event.event_type] += 1
+        elif result.result == "duplicate":
+            report.already_stored += 1
+        else:
+            report.bad_rows += 1
+            _note(report.bad_rows_sample, f"event {shown}: stored before with another body")
+        if self.resend and self._pager.requests + self._spent < self.max_requests:
+            self._spent += 1
+            try:
+                self.api.retry_event(self.merchant_id, event_id)
+                report.resent += 1
+            except ProcessorError as exc:
+                report.remote_errors.append(f"re-send of {shown}: {type(exc).__name__}")
+            report.requests += 1

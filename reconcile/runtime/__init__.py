@@ -1,0 +1,1 @@
+"""One reconcile run (:class:`Reconciler`), adoption, and the schedule that runs them."""

@@ -1,0 +1,1 @@
+"""The reconciler's tables, their migrations, and :class:`ReconcileStore`."""
