@@ -2,7 +2,7 @@
 
 SQLAlchemy Core over :mod:`receiver.storage.tables`, every read on SQLite without the write lock.
 The reconciler's run table is read through a lightweight table clause (the receiver never
-imports :mod:`reconcile`); ``tests/integration/test_ops_queries.py`` checks it against the
+imports :mod:`reconcile`); ``tests/receiver/storage/test_operator_reads.py`` checks it against the
 reconciler's model.
 """
 

@@ -2,7 +2,7 @@
 
 The schema is created and upgraded by the Alembic migrations in ``receiver/migrations``
 (``hookledger db upgrade``), never by ``create_all`` on a production path. A test
-(``tests/integration/test_migrations.py``) fails when these models and the migrations drift.
+(``tests/receiver/storage/test_migrations.py``) fails when these models and the migrations drift.
 
 All times are stored as naive UTC.
 """

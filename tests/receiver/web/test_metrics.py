@@ -1,0 +1,244 @@
+"""Prometheus metrics: counted where things happen, database gauges at scrape time, a closed
+endpoint, and one sum across gunicorn's processes (multiprocess mode)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from receiver import Event
+from receiver.core.clock import utcnow
+from receiver.core.errors import ConfigurationError
+from receiver.core.signature import sign
+from receiver.extension import WebhookReceiver
+from receiver.testing import WebhookTestClient
+from receiver.testing.factories import build_event, encode
+from receiver.web.metrics import NAMES, Metrics
+from receiver.worker.heartbeat import record
+from tests.conftest import SECRETS, SECRETS_SPEC, AppFactory
+
+pytestmark = pytest.mark.storage
+
+TOKEN = "scrape-token-0123456789"
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return found
+
+
+def value(
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def scrape(
+    client: object, token: str = TOKEN
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})  # type: ignore[attr-defined]
+    assert response.status_code == 200, response.data
+    return samples(response.get_data(as_text=True))
+
+
+def test_the_endpoint_is_closed_by_default(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    with pytest.raises(ConfigurationError, match="closed by default"):
+        Metrics(app)
+    with pytest.raises(ConfigurationError, match="16 characters"):
+        Metrics(app, token="short")
+
+
+def test_a_scrape_needs_the_token_or_the_access_rule(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    Metrics(app, token=TOKEN)
+    client = app.test_client()
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    other, _ = make_app()
+    Metrics(other, access=lambda: True, path="/internal/metrics")
+    assert other.test_client().get("/internal/metrics").status_code == 200
+
+
+def test_what_happens_is_counted(make_app: AppFactory) -> None:
+    hooks = WebhookReceiver()
+
+    @hooks.on("payment_succeeded", name="ship")
+    def ship(event: Event) -> None:
+        pass
+
+    @hooks.on("payment_failed", name="notify")
+    def notify(event: Event) -> None:
+        raise RuntimeError("down")
+
+    app, _ = make_app(hooks, max_attempts=1)
+    Metrics(app, token=TOKEN)
+    http = app.test_client()
+    before = scrape(http)
+    client = WebhookTestClient(app)
+    paid = build_event("payment_succeeded", event_id="evt_m1", object_id="pay_m1")
+    client.post(paid)
+    client.post(paid)  # the processor's retry: a duplicate delivery
+    client.send("payment_failed", event_id="evt_m2", object_id="pay_m2")
+    client.post(b"{}", signature="0" * 128)
+    mid = scrape(http)
+    assert value(mid, "hookledger_queue_depth", status="pending") == 2
+    assert value(mid, "hookledger_oldest_open_event_age_seconds") >= 0
+    assert value(mid, "hookledger_workers_alive") == 0
+    client.drain()
+    client.send("payment_processing", event_id="evt_m3", object_id="pay_m1")  # stale
+    client.drain()
+    after = scrape(http)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("hookledger_deliveries_total", result="inserted") == 3
+    assert delta("hookledger_deliveries_total", result="duplicate") == 1
+    assert delta("hookledger_rejections_total", reason="bad_signature") == 1
+    assert delta("hookledger_ack_seconds_count", code="200") == 4
+    assert delta("hookledger_ack_seconds_count", code="401") == 1
+    assert delta("hookledger_dispatch_latency_seconds_count", source="webhook") == 1
+    assert (
+        delta("hookledger_handler_duration_seconds_count", handler="ship", outcome="succeeded") == 1
+    )
+    assert delta("hookledger_handler_failures_total", handler="notify") == 1
+    assert delta("hookledger_dead_letters_total") == 1
+    assert delta("hookledger_guard_decisions_total", decision="stale") == 1
+    assert value(after, "hookledger_dead_letter_events") == 1
+    assert value(after, "hookledger_queue_depth", status="pending") == 0
+    assert value(after, "hookledger_metrics_database_up") == 1
+    record(
+        WebhookReceiver.state(app).store.engine,
+        "w1",
+        started_at=utcnow(),
+        processed=0,
+    )
+    assert value(scrape(http), "hookledger_workers_alive") == 1
+    names = {n for (n, _) in after}
+    for documented in NAMES:
+        if not documented.startswith("hookledger_reconcile"):
+            assert any(n.startswith(documented) for n in names), documented
+
+
+def test_reconcile_runs_are_read_from_their_table(make_app: AppFactory) -> None:
+    import json
+
+    import sqlalchemy as sa
+
+    import receiver.storage.database as db
+    from reconcile.storage.store import RECONCILE_MIGRATIONS, ReconcileStore
+
+    app, _ = make_app()
+    Metrics(app, token=TOKEN)
+    engine = WebhookReceiver.state(app).store.engine
+    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    store = ReconcileStore(engine)
+    report = {
+        "status": "unresolved",
+        "dry_run": False,
+        "kinds": {"payments": {"recovered_total": 3, "unresolved": 1}},
+        "sweep": {"refunds": {"recovered_total": 2, "unresolved": 0}},
+        "events": {"recovered": {"dispute_lost": 4}, "unresolved": 0},
+    }
+    ok = store.start_run("incremental", "test")
+    store.finish_run(ok, "ok", {"status": "ok"})
+    run = store.start_run("wide", "test")
+    store.finish_run(run, "unresolved", report)
+    found = scrape(app.test_client())
+    assert value(found, "hookledger_reconcile_last_run_info", status="unresolved", mode="wide") == 1
+    assert (
+        value(found, "hookledger_reconcile_last_run_recovered", kind="payments", path="lists") == 3
+    )
+    assert (
+        value(found, "hookledger_reconcile_last_run_recovered", kind="refunds", path="sweep") == 2
+    )
+    assert (
+        value(found, "hookledger_reconcile_last_run_recovered", kind="disputes", path="events") == 4
+    )
+    assert value(found, "hookledger_reconcile_last_run_drift", kind="payments", path="lists") == 1
+    with engine.connect() as conn:
+        finished = conn.execute(
+            sa.text("SELECT finished_at FROM hookledger_recon_run WHERE id = :i"), {"i": ok}
+        ).scalar()
+    assert finished is not None
+    assert value(found, "hookledger_reconcile_last_success_timestamp_seconds") > 0
+    assert json.dumps(report)  # the report is stored as JSON, as the reconciler does
+
+
+@pytest.mark.slow
+def test_gunicorn_processes_add_up_in_multiprocess_mode(database_url: str, tmp_path: Path) -> None:
+    import receiver.storage.database as hdb
+
+    engine = hdb.make_engine(database_url)
+    hdb.upgrade(engine)
+    engine.dispose()
+    metrics_dir = tmp_path / "prom"
+    metrics_dir.mkdir()
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(
+        os.environ,
+        HOOKLEDGER_DATABASE_URL=database_url,
+        HOOKLEDGER_SECRETS=SECRETS_SPEC,
+        HOOKLEDGER_METRICS_TOKEN=TOKEN,
+        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
+        PYTHONPATH=str(ROOT),
+    )
+    web = subprocess.Popen(
+        [
+            str(BIN / "gunicorn"),
+            "--workers",
+            "3",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "tests.apps.opsapp:create_app()",
+        ],  # fmt: skip
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                requests.get(base + "/metrics", timeout=5)
+                break
+            except requests.RequestException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        secret = SECRETS["primary"]
+        for i in range(30):
+            body = encode(build_event("payment_succeeded", event_id=f"evt_g{i}"))
+            headers = {"X-Webhook-Signature-512": sign(body, secret)}
+            assert requests.post(base + "/webhooks/", data=body, headers=headers, timeout=5).ok
+        totals = set()
+        for _ in range(6):  # whichever process answers the scrape, the sum is the same
+            text = requests.get(
+                base + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5
+            ).text
+            totals.add(value(samples(text), "hookledger_deliveries_total", result="inserted"))
+        assert totals == {30.0}
+        assert len(list(metrics_dir.glob("*.db"))) >= 2  # more than one process wrote
+    finally:
+        web.terminate()
+        web.wait(timeout=30)

@@ -1,0 +1,145 @@
+"""The ``reconcile`` command as ops run it: real processes, real database, the sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconcile.sandbox import SandboxServer
+
+pytestmark = [pytest.mark.storage, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[3]
+API_KEY = "snd_cli_test_key_0001"
+
+
+def _run(
+    database_url: str, base_url: str | None, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "HOOKLEDGER_DATABASE_URL": database_url,
+        "HOOKLEDGER_API_KEY": API_KEY,
+        **(env or {}),
+    }
+    if base_url:
+        env["HOOKLEDGER_PROCESSOR_URL"] = base_url
+    return subprocess.run(
+        [sys.executable, "-m", "reconcile", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _spawn(database_url: str, base_url: str, *args: str) -> subprocess.Popen[str]:
+    env = dict(
+        os.environ,
+        HOOKLEDGER_DATABASE_URL=database_url,
+        HOOKLEDGER_API_KEY=API_KEY,
+        HOOKLEDGER_PROCESSOR_URL=base_url,
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "reconcile", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_run_report_and_exit_codes(database_url: str) -> None:
+    with SandboxServer(API_KEY) as server:
+        server.sandbox.seed_payments(30, server.sandbox.now())
+        missing = _run(database_url, server.base_url, "run")
+        assert missing.returncode == 2
+        assert "reconcile db upgrade" in missing.stderr
+        assert _run(database_url, server.base_url, "db", "upgrade").returncode == 0
+        refused = _run(database_url, server.base_url, "run")
+        assert refused.returncode == 6
+        assert refused.stderr.count("\n") == 1 and "reconcile adopt --new-account" in refused.stderr
+        assert _run(database_url, server.base_url, "adopt", "--new-account").returncode == 0
+        result = _run(database_url, server.base_url, "run", "--json", "--kind", "payments")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["kinds"]["payments"]["recovered"] == {"payment_succeeded": 30}
+        table = _run(database_url, server.base_url, "report")
+        assert "recovered 30 x payment_succeeded" in table.stdout
+        dry = _run(
+            database_url,
+            server.base_url,
+            "--processor-url",
+            server.base_url,
+            "run",
+            "--dry-run",
+            "--json",
+        )
+        assert dry.returncode == 0 and json.loads(dry.stdout)["dry_run"] is True
+        assert API_KEY not in result.stdout + result.stderr + table.stdout + dry.stderr
+    no_key = _run(database_url, None, "run")
+    assert no_key.returncode == 2 and "HOOKLEDGER_PROCESSOR_URL" in no_key.stderr
+    # The processor is unreachable: exit 4 (not 1, which means drift), with a report.
+    down = _run(database_url, "http://127.0.0.1:9", "run", "--json", "--kind", "payments")
+    assert down.returncode == 4, down.stderr
+    assert json.loads(down.stdout)["status"] == "incomplete"
+
+
+def test_environment_is_pinned_for_keys_without_a_prefix(database_url: str) -> None:
+    with SandboxServer(API_KEY) as server:
+        assert _run(database_url, server.base_url, "db", "upgrade").returncode == 0
+        env = {"HOOKLEDGER_API_KEY": "custom_key_without_prefix"}
+        unpinned = _run(database_url, server.base_url, "adopt", "--new-account", env=env)
+        assert unpinned.returncode == 2 and "Traceback" not in unpinned.stderr
+        assert "environment" in unpinned.stderr
+        pinned = _run(
+            database_url,
+            server.base_url,
+            "--environment",
+            "sandbox",
+            "adopt",
+            "--new-account",
+            env=env,
+        )
+        assert pinned.returncode == 0, pinned.stderr
+        mismatch = _run(database_url, server.base_url, "--environment", "production", "run")
+        assert mismatch.returncode == 2 and "Traceback" not in mismatch.stderr
+
+
+def test_a_window_ending_in_the_future_is_clamped(database_url: str) -> None:
+    with SandboxServer(API_KEY) as server:
+        assert _run(database_url, server.base_url, "db", "upgrade").returncode == 0
+        assert _run(database_url, server.base_url, "adopt", "--new-account").returncode == 0
+        future = "2999-01-01T00:00:00"
+        result = _run(
+            database_url, server.base_url, "run", "--json", "--kind", "payments", "--until", future
+        )
+        assert result.returncode == 0, result.stderr
+        end = json.loads(result.stdout)["kinds"]["payments"]["window"][1]
+        assert end < "2100"
+
+
+def test_two_reconcilers_started_together_one_runs(database_url: str) -> None:
+    with SandboxServer(API_KEY) as server:
+        server.sandbox.seed_payments(10, server.sandbox.now())
+        assert _run(database_url, server.base_url, "db", "upgrade").returncode == 0
+        assert _run(database_url, server.base_url, "adopt", "--new-account").returncode == 0
+        # Slow the first list page down so the runs overlap.
+        server.sandbox.faults.once("timeout", count=2, path="/payments/list", seconds=2.0)
+        procs = [
+            _spawn(database_url, server.base_url, "run", "--kind", "payments") for _ in range(2)
+        ]
+        outcomes = sorted((p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs)
+        for p in procs:
+            for stream in (p.stdout, p.stderr):
+                if stream:
+                    stream.close()
+    assert [code for code, _ in outcomes] == [0, 3], outcomes
+    assert "another reconcile run is in progress" in outcomes[1][1]
