@@ -16,20 +16,19 @@ processes running ``SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1`` + parse + no-op 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from bench import profiling
-from bench.bodies import ChainEvent, Template, chain_bodies
+from bench.bodies import ChainEvent
 from bench.common import (
     BIN,
     Database,
@@ -45,6 +44,7 @@ from bench.common import (
     pg_commits,
 )
 from bench.drain import DrainConfig
+from bench.inbox_fill import chain_events, fill_inbox
 
 TARGET = 1000.0
 QUEUE_TABLE = "bench_queue"
@@ -76,60 +76,6 @@ class DispatchConfig:
 
 
 # -- filling ----------------------------------------------------------------------------------
-
-
-def _events(n: int, per_object: int) -> list[ChainEvent]:
-    start = datetime.now(UTC) - timedelta(hours=1)
-    return list(chain_bodies(max(1, n // per_object), per_object, start))
-
-
-def _template_row(engine: sa.Engine) -> dict[str, Any]:
-    """One row written by the package's own ``Store.insert``: the columns to copy."""
-    from receiver.core.events import parse_event
-    from receiver.store import Store
-
-    body = Template().body("evt_" + "0" * 32, "pay_" + "0" * 20)
-    Store(engine).insert(parse_event(body), body)
-    from receiver.storage.sql.tables import EVENT
-
-    with engine.begin() as conn:
-        # Typed values (SQLite hands a text query's times back as strings).
-        row = dict(conn.execute(sa.select(EVENT)).mappings().one())
-        conn.execute(sa.text("DELETE FROM hookledger_event"))
-    row.pop("id")
-    return row
-
-
-def fill_inbox(engine: sa.Engine, events: list[ChainEvent], *, analyze: bool = True) -> None:
-    """Insert ``events`` as pending webhook deliveries in one transaction (bulk, fast); then
-    ``ANALYZE`` the inbox unless told not to (a fresh ledger has no statistics)."""
-    from receiver.storage.tables import InboxEvent
-
-    table: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
-    template = _template_row(engine)
-    now = datetime.now(UTC)
-    rows = []
-    for e in events:
-        row = dict(template)
-        row.update(
-            event_id=e.event_id,
-            event_type=e.event_type,
-            object_id=e.object_id,
-            object_status=e.status,
-            object_key=f"payment:{e.object_id}",
-            event_time=e.event_time,
-            body=e.body,
-            body_sha256=hashlib.sha256(e.body).hexdigest(),
-            received_at=now,
-            next_attempt_at=now,
-        )
-        rows.append(row)
-    with engine.begin() as conn:
-        for i in range(0, len(rows), 1000):
-            conn.execute(table.insert(), rows[i : i + 1000])
-    if analyze:
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text("ANALYZE hookledger_event"))
 
 
 def fill_queue(engine: sa.Engine, events: list[ChainEvent]) -> None:
@@ -361,7 +307,7 @@ def run(cfg: DispatchConfig, workdir: Path) -> Section:
         create_queue(bench.engine)
         try:
             # Calibrate: size the runs of each path so each takes about run_seconds.
-            probe = _events(cfg.min_events, 1)
+            probe = chain_events(cfg.min_events, 1)
             rate_h = bench.hookledger(probe, 1).rate
             rate_y = bench.yardstick(probe, 1).rate if cfg.yardstick else 0.0
             sizes = {"hookledger": rate_h, "yardstick": rate_y}
@@ -408,11 +354,11 @@ def _case(
     # hookledger's rate; two workers may go up to twice as fast.
     n_h = n_y = _size(rates["hookledger"] * workers, cfg, per_object)
     for r in range(cfg.rounds):
-        hl.append(bench.hookledger(_events(n_h, per_object), workers))
+        hl.append(bench.hookledger(chain_events(n_h, per_object), workers))
         line = f"  dispatch {label}, {workers} worker(s), round {r + 1}: "
         line += f"hookledger {hl[-1].rate:.0f}/s"
         if cfg.yardstick:
-            ys.append(bench.yardstick(_events(n_y, per_object), workers))
+            ys.append(bench.yardstick(chain_events(n_y, per_object), workers))
             line += f", yardstick {ys[-1].rate:.0f}/s"
         log(line)
     value = median([x.rate for x in hl])
@@ -462,7 +408,7 @@ def _profile(cfg: DispatchConfig, bench: _Dispatch, section: Section, rate: floa
     out = bench.workdir / "dispatch.txt"
     log(f"  profiling one hookledger worker for {cfg.profile_seconds:g} s (py-spy)")
     n = int(max(cfg.min_events, rate * (cfg.profile_seconds + 2)))
-    bench.hookledger(_events(n, 1), 1, spy=out)
+    bench.hookledger(chain_events(n, 1), 1, spy=out)
     section.profiles.append(
         profiling.summarize_worker(
             out,
@@ -487,4 +433,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["DispatchConfig", "fill_inbox", "run"]
+__all__ = ["DispatchConfig", "run"]

@@ -38,6 +38,7 @@ from bench.common import (
     migrate,
     percentile,
 )
+from bench.inbox_fill import chain_events, fill_inbox
 
 APP = "bench.yardstick:create_hookledger_app"
 FLAT_TOLERANCE = 0.20
@@ -137,14 +138,12 @@ def _times(engine: sa.Engine) -> list[tuple[float, float]]:
 
 
 def history_drain(cfg: DrainConfig, backend: Backend, workdir: Path) -> Flatness:
-    from bench.dispatch import _events, fill_inbox
-
     with database(backend, workdir, name="drain") as db:
         migrate(db)
         engine = db.engine()
         try:
             _no_statistics(engine)
-            fill_inbox(engine, _events(cfg.events, 1), analyze=False)
+            fill_inbox(engine, chain_events(cfg.events, 1), analyze=False)
             worker = _worker(db)
             started = time.time()
             try:
