@@ -27,7 +27,8 @@ import receiver.storage.database as db
 from receiver.cli.commands import hookledger_group
 from receiver.config.settings import Settings
 from receiver.core.registry import Registry
-from receiver.store import RetryPolicy, Store
+from receiver.core.retry import RetryPolicy
+from receiver.store import Store
 from receiver.web.blueprint import make_blueprint
 from receiver.web.state import EXTENSION_KEY, ReceiverState, receiver_state
 

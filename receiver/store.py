@@ -13,8 +13,7 @@
 
 They share one :class:`receiver.storage.context.Storage` (engine, clock, the dialect's
 statements from :mod:`receiver.storage.sql`). Every operation is one short transaction;
-correctness never depends on a check followed by a separate write. This module also re-exports
-the names callers import from it (``Claimed``, ``EventFilter``, ``RetryPolicy``, ...).
+correctness never depends on a check followed by a separate write.
 """
 
 from __future__ import annotations
@@ -33,23 +32,17 @@ from receiver.config.data_at_rest import RejectionPolicy
 from receiver.core.clock import Clock, utcnow
 from receiver.core.events import Event
 from receiver.core.headers import (
-    DEFAULT_STORED_HEADERS,
-    REDACTED_HEADERS,
-    clean_headers,
     stored_headers,
 )
 from receiver.core.keyring import Keyring
 from receiver.core.retry import RetryPolicy
 from receiver.storage.context import Storage
 from receiver.storage.dispatch import Dispatcher, HandlerCall, Outcome, Work
-from receiver.storage.inbox import WRITERS_LOCK_SUFFIX, Inbox, Inserted, InsertResult, body_sha256
+from receiver.storage.inbox import Inbox, Inserted
 from receiver.storage.operator_actions import EventFilter, Operations
 from receiver.storage.queue import Claimed, Queue
 from receiver.storage.sealed_columns import open_body, open_headers
 from receiver.storage.tables import (
-    CUTOVER_NAME,
-    DEFERRED_PREFIX,
-    EventStatus,
     HandlerRun,
     InboxEvent,
     Projection,
@@ -294,24 +287,4 @@ class Store:
         self.operations.set_cutover(mode, at)
 
 
-__all__ = [
-    "CUTOVER_NAME",
-    "DEFAULT_STORED_HEADERS",
-    "DEFERRED_PREFIX",
-    "REDACTED_HEADERS",
-    "WRITERS_LOCK_SUFFIX",
-    "Claimed",
-    "EventFilter",
-    "EventStatus",
-    "HandlerCall",
-    "InsertResult",
-    "Inserted",
-    "Outcome",
-    "RetryPolicy",
-    "Source",
-    "Store",
-    "Work",
-    "body_sha256",
-    "clean_headers",
-    "stored_headers",
-]
+__all__ = ["Store"]

@@ -21,8 +21,9 @@ import sqlalchemy as sa
 from flask import Flask
 
 import receiver.storage.database as db
+from receiver.core.retry import RetryPolicy
 from receiver.extension import WebhookReceiver
-from receiver.store import RetryPolicy, Store
+from receiver.store import Store
 
 SECRETS = {"primary": "whsec_primary_0123456789", "previous": "whsec_previous_9876543210"}
 SECRETS_SPEC = ",".join(f"{k}:{v}" for k, v in SECRETS.items())

@@ -22,8 +22,9 @@ import sqlalchemy as sa
 from flask import Flask
 
 import receiver.storage.database as db
+from receiver.core.retry import RetryPolicy
 from receiver.storage.tables import EventConflict, InboxEvent
-from receiver.store import RetryPolicy, Store
+from receiver.store import Store
 from reconcile.sandbox import SandboxServer
 from tests.conftest import PG_URL, backend
 from tests.support import reconcile_ready

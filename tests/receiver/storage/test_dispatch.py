@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session
 from receiver.core.errors import UnknownEventType
 from receiver.core.events import Event, parse_event
 from receiver.core.registry import Registry
+from receiver.core.retry import RetryPolicy
 from receiver.extension import WebhookReceiver
-from receiver.store import RetryPolicy, Store
+from receiver.store import Store
 from receiver.testing import WebhookTestClient
 from receiver.testing.factories import build_event, encode
 from receiver.worker.runner import Worker

@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 import receiver.storage.database as db
 from receiver.core.events import Event, parse_event
 from receiver.core.registry import Registry
-from receiver.store import RetryPolicy, Store
+from receiver.core.retry import RetryPolicy
+from receiver.store import Store
 from receiver.testing.factories import build_event, encode
 from receiver.worker.runner import Worker, WorkerConfig
 

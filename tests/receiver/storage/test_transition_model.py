@@ -140,7 +140,7 @@ def test_a_requeued_dead_event_overtaken_meanwhile_is_stale(make_app: AppFactory
     client.send("payment_succeeded", object_id="pay_dead", timestamp=_at(30))
     client.drain()
     broken["yes"] = False
-    from receiver.store import EventFilter
+    from receiver.storage.operator_actions import EventFilter
 
     assert len(store.requeue(EventFilter(event_ids=["evt_auth"]))) == 1
     client.drain()
@@ -167,7 +167,7 @@ def test_a_requeued_dead_event_still_at_the_head_is_dispatched(make_app: AppFact
     client.send("refund_succeeded", object_id="ref_1", event_id="evt_ref", timestamp=_at(0))
     client.drain()
     broken["yes"] = False
-    from receiver.store import EventFilter
+    from receiver.storage.operator_actions import EventFilter
 
     store = WebhookReceiver.state(app).store
     store.requeue(EventFilter(event_ids=["evt_ref"]))

@@ -470,7 +470,7 @@ def test_sqlite_web_processes_queue_on_the_writers_lock_and_answer_503_past_the_
     # the busy timeout: this delivery gets 503 and is not stored; once it is free, 200.
     import multiprocessing
 
-    from receiver.store import WRITERS_LOCK_SUFFIX
+    from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
 
     database = tmp_path / "shared.sqlite3"
     app = Flask("two-procs")

@@ -12,7 +12,8 @@ import pytest
 from receiver.core.events import parse_event
 from receiver.core.registry import Registry
 from receiver.storage.filelock import WritersLock
-from receiver.store import WRITERS_LOCK_SUFFIX, Store
+from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
+from receiver.store import Store
 from receiver.testing.factories import build_event, encode
 from receiver.worker.runner import Worker, WorkerConfig, writers_lock
 from tests.conftest import backend
