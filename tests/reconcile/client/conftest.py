@@ -8,10 +8,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from _fakeapi import ADMIN_KEY, API_KEY, NOW, FakeProcessor, Sleeps, start, stop
 
 from reconcile.client.events_api import EventsClient
 from reconcile.client.processor import ProcessorClient, RetryPolicy
+from tests.reconcile.client._fakeapi import (
+    ADMIN_KEY,
+    API_KEY,
+    NOW,
+    FakeProcessor,
+    Sleeps,
+    start,
+    stop,
+)
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from _fakeapi import ADMIN_KEY, API_KEY, NOW, FakeProcessor, Misbehaviour, Scripted, Sleeps
-from _fakeapi import error_body as _error_body
 
 from reconcile.client.events_api import EventsClient
 from reconcile.core.errors import (
@@ -25,6 +23,16 @@ from reconcile.core.errors import (
     ServerError,
     TransportError,
 )
+from tests.reconcile.client._fakeapi import (
+    ADMIN_KEY,
+    API_KEY,
+    NOW,
+    FakeProcessor,
+    Misbehaviour,
+    Scripted,
+    Sleeps,
+)
+from tests.reconcile.client._fakeapi import error_body as _error_body
 
 MakeEvents = Callable[..., EventsClient]
 

@@ -18,11 +18,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from _fakeapi import FakeProcessor, Misbehaviour, iso_ms, to_us
 
 from reconcile.client.paging import DEFAULT_MAX_REQUESTS, Pager
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.errors import PagingError
+from tests.reconcile.client._fakeapi import FakeProcessor, Misbehaviour, iso_ms, to_us
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 START = T0 - timedelta(hours=1)

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from _fakeapi import API_KEY, FakeProcessor, Misbehaviour, iso_ms, to_us
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +36,7 @@ from reconcile.client.paging import (
     refunds_pager,
 )
 from reconcile.core.errors import PagingError
+from tests.reconcile.client._fakeapi import API_KEY, FakeProcessor, Misbehaviour, iso_ms, to_us
 
 W0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 W0_US = to_us(W0)

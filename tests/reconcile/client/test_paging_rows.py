@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from _fakeapi import FakeProcessor, Misbehaviour, Scripted, iso_ms, to_us
 
 from reconcile.client.paging import (
     MAX_ROW_ERRORS,
@@ -24,6 +23,7 @@ from reconcile.client.paging import (
 )
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.errors import escape_id, id_defect
+from tests.reconcile.client._fakeapi import FakeProcessor, Misbehaviour, Scripted, iso_ms, to_us
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 START = T0 - timedelta(hours=1)
@@ -358,7 +358,7 @@ def test_id_defect(value: Any, defect: str | None) -> None:
 def test_an_echoed_api_key_never_reaches_row_problems_or_logs(
     fake: FakeProcessor, client: ProcessorClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from _fakeapi import API_KEY
+    from tests.reconcile.client._fakeapi import API_KEY
 
     caplog.set_level(logging.DEBUG)
     fake.misbehave = Misbehaviour(

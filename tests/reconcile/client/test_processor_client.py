@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import requests
-from _fakeapi import API_KEY, NOW, FakeProcessor, Scripted, Sleeps, error_body
 
 from receiver.core.errors import ConfigurationError, HookledgerError
 from reconcile.client.processor import ProcessorClient, RetryPolicy, environment_of_key
@@ -26,6 +25,14 @@ from reconcile.core.errors import (
     RateLimited,
     ServerError,
     TransportError,
+)
+from tests.reconcile.client._fakeapi import (
+    API_KEY,
+    NOW,
+    FakeProcessor,
+    Scripted,
+    Sleeps,
+    error_body,
 )
 
 MakeClient = Callable[..., ProcessorClient]

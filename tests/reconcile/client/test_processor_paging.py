@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from _fakeapi import FakeProcessor, Obj, to_us
 
 from reconcile.client.paging import format_timestamp, refunds_pager
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.errors import PagingError
+from tests.reconcile.client._fakeapi import FakeProcessor, Obj, to_us
 
 MakeClient = Callable[..., ProcessorClient]
 
@@ -420,7 +420,7 @@ def test_non_utc_bounds_are_converted(fake: FakeProcessor, client: ProcessorClie
 def test_an_unexpected_envelope_is_a_paging_error(
     fake: FakeProcessor, client: ProcessorClient
 ) -> None:
-    from _fakeapi import Scripted
+    from tests.reconcile.client._fakeapi import Scripted
 
     fake.script(Scripted(200, body={"items": []}))
     with pytest.raises(PagingError, match="unexpected payments list response"):
