@@ -1,8 +1,9 @@
 """The processor API over ``requests``: the client, paging, the admin events API.
 
 ``from reconcile.client.processor import ProcessorClient`` is the public path; the client lives in
-:mod:`reconcile.client.processor`, paging in :mod:`reconcile.client.paging`, the admin events
-API in :mod:`reconcile.client.events_api`.
+:mod:`reconcile.client.processor`, paging in :mod:`reconcile.client.paging` (the contract),
+:mod:`reconcile.client.paging_strategies` and :mod:`reconcile.client.list_endpoints`, the admin
+events API in :mod:`reconcile.client.events_api`.
 """
 
 from reconcile.client.processor import (

@@ -34,7 +34,8 @@ from typing import Any, Final
 
 import requests
 
-from reconcile.client.paging import IncompleteWindow, OnStuck, Pager, events_pager, format_timestamp
+from reconcile.client.list_endpoints import events_pager
+from reconcile.client.paging import IncompleteWindow, OnStuck, Pager, format_timestamp
 from reconcile.client.processor import ApiClient, Environment, RetryPolicy, path_segment
 from reconcile.core.errors import ApiError, InvalidApiKey
 

@@ -73,9 +73,7 @@ from urllib.parse import quote, urlsplit
 import requests
 from urllib3.exceptions import NewConnectionError
 
-from reconcile.client.paging import (
-    OnStuck,
-    Pager,
+from reconcile.client.list_endpoints import (
     PaymentsDialect,
     PayoutsDialect,
     RefundsDialect,
@@ -84,6 +82,7 @@ from reconcile.client.paging import (
     payouts_pager,
     refunds_pager,
 )
+from reconcile.client.paging import OnStuck, Pager
 from reconcile.core.errors import (
     ApiError,
     EnvironmentMismatch,
