@@ -5,7 +5,7 @@ for one creation-time window ``[start, end]``. What it guarantees, against any s
 
 * **Bounded.** It makes at most ``max_requests`` list calls (default
   :data:`DEFAULT_MAX_REQUESTS`, 10,000: a million objects at 100 per page; the client's own
-  retries of one call are not counted again, see :class:`~reconcile.client.processor.RetryPolicy`).
+  retries of one call are not counted again, see :class:`~reconcile.client.transport.RetryPolicy`).
   When the budget is spent it stops and reports the unread part of the window. The budget is the
   backstop: each lie listed below is caught on its own, usually by the second request.
 * **Each object at most once.** Ids already yielded are kept for the pager's life and never
