@@ -18,9 +18,9 @@ the admin API lists them, so the reconciler can find what was never delivered::
 Authentication is the **admin** API key (security scheme ``admin_api_key``, sent in the same
 ``api-key`` header), never a merchant's secret key. An admin key has no ``snd_``/``prd_``
 prefix, so the environment must be given; the base URL checks of
-:class:`~reconcile.client.processor.ApiClient` apply (a production key only over https, a known
+:class:`~reconcile.client.transport.ApiClient` apply (a production key only over https, a known
 sandbox/production host must match). The transport (retries, typed errors, redaction, no
-redirects, safe JSON decoding) is :class:`~reconcile.client.processor.ApiClient`'s. The key never
+redirects, safe JSON decoding) is :class:`~reconcile.client.transport.ApiClient`'s. The key never
 appears in a log line, an error or a repr.
 """
 
@@ -34,8 +34,9 @@ from typing import Any, Final
 
 import requests
 
-from reconcile.client.paging import IncompleteWindow, OnStuck, Pager, events_pager, format_timestamp
-from reconcile.client.processor import ApiClient, Environment, RetryPolicy, path_segment
+from reconcile.client.list_endpoints import events_pager
+from reconcile.client.paging import IncompleteWindow, OnStuck, Pager, format_timestamp
+from reconcile.client.transport import ApiClient, Environment, RetryPolicy, path_segment
 from reconcile.core.errors import ApiError, InvalidApiKey
 
 __all__ = ["EVENTS_LIST_MAX_DAYS", "EventsClient"]
@@ -64,7 +65,7 @@ class EventsClient(ApiClient):
     """A client of the admin events API, authenticated by the admin API key.
 
     ``environment`` is required: an admin key does not say which environment it belongs to.
-    The other options are :class:`~reconcile.client.processor.ApiClient`'s (``clock`` also dates the
+    The other options are :class:`~reconcile.client.transport.ApiClient`'s (``clock`` also dates the
     90-day limit of :meth:`iter_events`).
     """
 

@@ -5,7 +5,7 @@ for one creation-time window ``[start, end]``. What it guarantees, against any s
 
 * **Bounded.** It makes at most ``max_requests`` list calls (default
   :data:`DEFAULT_MAX_REQUESTS`, 10,000: a million objects at 100 per page; the client's own
-  retries of one call are not counted again, see :class:`~reconcile.client.processor.RetryPolicy`).
+  retries of one call are not counted again, see :class:`~reconcile.client.transport.RetryPolicy`).
   When the budget is spent it stops and reports the unread part of the window. The budget is the
   backstop: each lie listed below is caught on its own, usually by the second request.
 * **Each object at most once.** Ids already yielded are kept for the pager's life and never
@@ -56,63 +56,32 @@ What is detected (each a report, never a loop):
   it); a next upper bound that would move up or past the window's end;
 * time slices: a slice that would leave its parent; a ``total_count`` below the rows in hand is
   ignored (the short-page rule still holds), one above them only shapes the split;
-* more objects in one instant than a page (or ``dense_limit``) holds (below).
+* more objects in one instant than a page (or ``dense_limit``) holds (see "Stuck windows" in
+  :mod:`reconcile.client.paging_strategies`).
 
 ``pager.pages`` counts list responses whose rows were used, ``pager.requests`` list calls made
 (never more than ``max_requests``), ``pager.row_errors`` the first :data:`MAX_ROW_ERRORS`
 problems (``pager.row_error_count`` counts them all), ``pager.incomplete`` the windows reported.
 
-Three strategies, chosen per endpoint by what its server really does (``hyperswitch-facts.md``
-section 4):
-
-``BackwardTimePager``: ``GET /payments/list`` (Hyperswitch) and ``GET /payouts/list``.
-    Newest first, no offset, no ``has_more``, inclusive time bounds. Each next request moves the
-    upper bound down to the oldest ``created`` of the page. Hyperswitch stores creation times in
-    microseconds but prints them with milliseconds, so a bound equal to the printed time would
-    drop the unread rows of that millisecond; the next upper bound is therefore the *following*
-    millisecond (``oldest + 1 ms``), and the rows this re-returns are skipped by id. The end is a
-    page shorter than ``limit``.
-
-``OffsetPager``: the seed's ``POST /payments/list`` (``has_more``), ``POST /payouts/list``
-    (``total_count``, at most 20 per page) and the admin events list (``POST /events/{id}``,
-    ``total_count``). Ordered by creation time, which does not change, so offsets are stable
-    except for objects created inside the window while paging (they push rows down: the repeats
-    are skipped by id). The end is ``has_more: false``, else a short page or ``total_count``.
-
-``TimeSlicePager``: ``POST /refunds/list`` and ``GET /disputes/list``. These are ordered by
-    *modification* time, so offset pages shift while objects change: an unread refund that is
-    updated jumps to the front, behind the offset already read, and would be missed (overlapping
-    pages cannot catch that; they only turn duplicates into skips). Instead the creation-time
-    window, which does not move, is split until every slice fits in one response (fewer rows
-    than ``limit``, or all of ``total_count``); one response is one consistent snapshot, so
-    updates between requests cannot hide a row. Adjacent slices share their boundary
-    millisecond; rows seen twice there are skipped by id. Costs one extra request per split.
-    Refunds filter by ``start_time``/``end_time`` (Hyperswitch) or by the seed's
-    ``created_gte``/``created_lte`` (``refunds_pager(dialect="seed")``).
+This module holds what every pager shares: the :class:`Pager` base (the request budget, the
+row checks, the reports), the :class:`Fetch` protocol, :class:`IncompleteWindow`,
+:class:`RowProblem` and the time helpers. The three strategies (``BackwardTimePager``,
+``OffsetPager``, ``TimeSlicePager``) are in :mod:`reconcile.client.paging_strategies`; which
+endpoint is paged by which, in :mod:`reconcile.client.list_endpoints`.
 
 Time bounds are sent as ISO 8601 UTC with milliseconds and ``Z`` (``2024-05-01T12:00:00.000Z``);
 ``start`` and ``end`` are truncated to the millisecond.
-
-Stuck windows: when more objects than a page holds share one instant (for the backward pager:
-fall within two consecutive milliseconds; for time slices: one millisecond), no time filter can
-page through them and Hyperswitch's cursors (``ending_before``) are inclusive by timestamp too.
-Time slices first fall back to offset paging of that millisecond (bounded by ``dense_limit``
-ids), repeated until the ids found match ``total_count`` (or a pass finds nothing new). If that
-fails, or for the backward pager at once, the window is stuck (raised or reported as above);
-in report mode paging continues below it (the backward pager from one millisecond below).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, NamedTuple, Protocol
-from urllib.parse import quote
 
 from reconcile.core.errors import MAX_ID_LENGTH, PagingError, escape_id, id_defect, json_type
 
@@ -120,42 +89,25 @@ __all__ = [
     "DEFAULT_MAX_REQUESTS",
     "MAX_ID_LENGTH",
     "MAX_ROW_ERRORS",
-    "BackwardTimePager",
     "Fetch",
     "IncompleteWindow",
-    "OffsetPager",
     "OnStuck",
+    "Page",
     "Pager",
-    "PaymentsDialect",
-    "PayoutsDialect",
-    "RefundsDialect",
     "RowProblem",
     "RowProblemKind",
-    "TimeSlicePager",
-    "disputes_pager",
-    "events_pager",
+    "format_ms",
     "format_timestamp",
-    "payments_pager",
-    "payouts_pager",
-    "refunds_pager",
+    "int_field",
 ]
 
 logger = logging.getLogger("reconcile.paging")
 
 OnStuck = Literal["raise", "report"]
-PaymentsDialect = Literal["hyperswitch", "seed"]
-RefundsDialect = Literal["hyperswitch", "seed"]
-PayoutsDialect = Literal["get", "post"]
 RowProblemKind = Literal["not_an_object", "missing_id", "bad_id", "bad_created"]
 
 #: Default ``max_requests``: list calls one pager may make (a million objects at 100 a page).
 DEFAULT_MAX_REQUESTS: Final = 10_000
-#: Default ``dense_limit``: most ids kept while offset-paging one overcrowded millisecond.
-DENSE_LIMIT: Final = 10_000
-#: Passes over one overcrowded millisecond before it is declared stuck.
-DENSE_PASSES: Final = 3
-#: Most slices one window is split into at once (keeps the stack of pending slices small).
-MAX_SLICES: Final = 64
 #: Row problems kept on ``pager.row_errors`` (``pager.row_error_count`` counts them all).
 MAX_ROW_ERRORS: Final = 1_000
 
@@ -239,7 +191,7 @@ def _from_ms(ms: int) -> datetime:
     return _EPOCH + _clamp(ms) * _MS
 
 
-def _format_ms(ms: int) -> str:
+def format_ms(ms: int) -> str:
     when = _from_ms(ms)
     return (
         f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}:"
@@ -249,7 +201,7 @@ def _format_ms(ms: int) -> str:
 
 def format_timestamp(value: datetime) -> str:
     """``value`` as the processor expects it: UTC, milliseconds, ``Z`` (truncated, not rounded)."""
-    return _format_ms(_to_ms(_require_aware(value, "value")))
+    return format_ms(_to_ms(_require_aware(value, "value")))
 
 
 _TIME_OF_DAY: Final = re.compile(r"[Tt ](\d\d)(?::?(\d\d)(?::?(\d\d)(?:[.,](\d+))?)?)?")
@@ -297,7 +249,7 @@ def _time_span(value: Any) -> tuple[int, int] | str:
 # --------------------------------------------------------------------------------------------
 
 
-def _int_field(body: Any, name: str) -> int | None:
+def int_field(body: Any, name: str) -> int | None:
     """A non-negative integer field of a response (``None`` when absent or unusable)."""
     value = body.get(name) if isinstance(body, dict) else None
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -306,7 +258,7 @@ def _int_field(body: Any, name: str) -> int | None:
 
 
 @dataclass(slots=True)
-class _Page:
+class Page:
     """One list response, inspected against the bounds of its request."""
 
     #: Usable rows inside the bounds: (row, id, earliest ms, latest ms of its printed time).
@@ -318,7 +270,7 @@ class _Page:
 
 
 # --------------------------------------------------------------------------------------------
-# Pagers
+# The Pager base (the strategies are in reconcile.client.paging_strategies)
 # --------------------------------------------------------------------------------------------
 
 
@@ -414,7 +366,7 @@ class Pager(Iterable[dict[str, Any]], ABC):
                 low,
                 high,
                 f"the request budget of {self.max_requests} requests was exhausted; "
-                f"{self.kind} created {_format_ms(low)} .. {_format_ms(high)} were not read",
+                f"{self.kind} created {format_ms(low)} .. {format_ms(high)} were not read",
             )
         for low, high, reason in self._deferred:
             self._stuck(low, high, reason, clamp=False)
@@ -504,7 +456,7 @@ class Pager(Iterable[dict[str, Any]], ABC):
         """A foreign id as a RowProblem shows it: redacted, escaped, bounded."""
         return escape_id(self._redact(raw_id) if isinstance(raw_id, str) else raw_id)
 
-    def _page(self, rows: list[Any], low: int, high: int) -> _Page:
+    def _page(self, rows: list[Any], low: int, high: int) -> Page:
         """Inspect a response's rows against its request's bounds ``[low, high]``."""
         usable: list[tuple[dict[str, Any], str, int, int]] = []
         outside = 0
@@ -517,9 +469,9 @@ class Pager(Iterable[dict[str, Any]], ABC):
                 outside += 1
                 continue
             usable.append((row, row_id, earliest, latest))
-        return _Page(usable, len(rows), outside)
+        return Page(usable, len(rows), outside)
 
-    def _emit(self, page: _Page) -> Generator[dict[str, Any], None, int]:
+    def _emit(self, page: Page) -> Generator[dict[str, Any], None, int]:
         """Yield the page's rows not yielded before; returns how many it yielded."""
         fresh = 0
         for row, row_id, _, _ in page.rows:
@@ -532,10 +484,10 @@ class Pager(Iterable[dict[str, Any]], ABC):
 
     # -- reports ---------------------------------------------------------------------------
 
-    def _outside(self, page: _Page, low: int, high: int) -> str:
+    def _outside(self, page: Page, low: int, high: int) -> str:
         return (
             f"the server returned {page.outside} {self.kind} created outside the requested "
-            f"{_format_ms(low)} .. {_format_ms(high)} (it ignores the time filter); "
+            f"{format_ms(low)} .. {format_ms(high)} (it ignores the time filter); "
             "the rest of the window was not read"
         )
 
@@ -558,8 +510,8 @@ class Pager(Iterable[dict[str, Any]], ABC):
             end_ms = min(max(end_ms, start_ms), self._end_ms)
         window = IncompleteWindow(_from_ms(start_ms), _from_ms(end_ms), reason)
         text = (
-            f"cannot page through {self.kind} created {_format_ms(start_ms)} .. "
-            f"{_format_ms(end_ms)}: {reason}"
+            f"cannot page through {self.kind} created {format_ms(start_ms)} .. "
+            f"{format_ms(end_ms)}: {reason}"
         )
         if self.on_stuck == "raise":
             raise PagingError(text, start=window.start, end=window.end, reason=reason)
@@ -579,541 +531,3 @@ class Pager(Iterable[dict[str, Any]], ABC):
             self.incomplete[-1] = window
         else:
             self.incomplete.append(window)
-
-
-class BackwardTimePager(Pager):
-    """Newest-first paging by moving an inclusive upper time bound down (no offsets)."""
-
-    def _rows(self) -> Iterator[dict[str, Any]]:
-        limit = self.page_size
-        start = self._start_ms
-        lower = _format_ms(start)
-        upper = self._end_ms
-        while True:
-            self._unread = (start, upper)
-            params: dict[str, str | int] = {
-                self.lower_param: lower,
-                self.upper_param: _format_ms(upper),
-                "limit": limit,
-            }
-            page = self._page(
-                self._rows_of(self._call("GET", self.path, params=params)), start, upper
-            )
-            self.pages += 1
-            fresh = yield from self._emit(page)
-            if page.outside:
-                self._stuck(start, upper, self._outside(page, start, upper))
-                return
-            if page.count < limit:
-                return
-            if not page.rows:
-                self._stuck(
-                    start,
-                    upper,
-                    f"a full page of {page.count} {self.kind} held no usable row, so the "
-                    "next upper bound cannot be derived",
-                )
-                return
-            oldest = min(earliest for _, _, earliest, _ in page.rows)
-            # Every unread row is at most as new as the page's oldest; its printed time may
-            # hide up to ``latest - earliest`` ms (microseconds printed as milliseconds too).
-            following = min(min(latest for _, _, _, latest in page.rows) + 1, upper)
-            if following >= upper:
-                # A full page inside [oldest, upper]: lowering the bound cannot make progress.
-                self._stuck(
-                    oldest - 1,
-                    upper,
-                    f"more than {limit} {self.kind} created within "
-                    f"{_format_ms(oldest)} .. {_format_ms(upper)}",
-                )
-                following = oldest - 1
-            elif fresh == 0:
-                self._stuck(
-                    start,
-                    upper,
-                    f"a full page of {self.kind} up to {_format_ms(upper)} held only rows "
-                    "already read (the server repeats pages)",
-                )
-                return
-            if following > upper or following > self._end_ms:
-                self._stuck(start, upper, "the next upper bound would leave the window")
-                return
-            if following < start:
-                return
-            upper = following
-
-
-class OffsetPager(Pager):
-    """Offset paging over a creation-ordered list, up to ``has_more``/``total_count``/short page."""
-
-    def __init__(
-        self,
-        fetch: Fetch,
-        start: datetime,
-        end: datetime,
-        *,
-        method: Literal["GET", "POST"] = "POST",
-        extra: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(fetch, start, end, **options)
-        self.method = method
-        self.extra = dict(extra or {})
-
-    def _rows(self) -> Iterator[dict[str, Any]]:
-        limit = self.page_size
-        start, end = self._start_ms, self._end_ms
-        bounds = {self.lower_param: _format_ms(start), self.upper_param: _format_ms(end)}
-        offset = 0
-        most: int | None = None  # the largest total_count reported
-        while True:
-            query: dict[str, Any] = {**self.extra, "limit": limit, "offset": offset, **bounds}
-            if self.method == "GET":
-                body = self._call("GET", self.path, params=query)
-            else:
-                body = self._call("POST", self.path, json=query)
-            page = self._page(self._rows_of(body), start, end)
-            self.pages += 1
-            fresh = yield from self._emit(page)
-            at, offset = offset, offset + page.count
-            has_more = body.get("has_more") if isinstance(body, dict) else None
-            total = _int_field(body, "total_count")
-            if total is not None:
-                most = total if most is None else max(most, total)
-            if page.outside:
-                self._stuck(start, end, self._outside(page, start, end))
-                return
-            if page.count == 0:
-                if has_more is True or (most is not None and offset < most):
-                    self._stuck(
-                        start,
-                        end,
-                        f"an empty page at offset {at} although the server reported more "
-                        f"(has_more={has_more!r}, total_count={most!r})",
-                    )
-                return
-            if has_more is False:
-                return
-            if page.rows and fresh == 0 and (page.count >= limit or has_more is True):
-                # Checked before the offset is compared with total_count: a repeated page is
-                # no progress, whatever the offset says.
-                self._stuck(
-                    start,
-                    end,
-                    f"a page of {self.kind} at offset {at} held only rows already read "
-                    "(the server repeats pages or ignores the offset)",
-                )
-                return
-            if has_more is not True and (
-                page.count < limit or (total is not None and offset >= total)
-            ):
-                return
-            if most is not None and offset >= most:
-                # has_more is True here: it contradicts every total_count reported.
-                self._stuck(
-                    start,
-                    end,
-                    f"the offset {offset} is past the total_count {most} the server reported, "
-                    "yet it reports has_more",
-                )
-                return
-
-
-class TimeSlicePager(Pager):
-    """Paging a modification-ordered list by splitting the creation window into one-page slices."""
-
-    def __init__(
-        self,
-        fetch: Fetch,
-        start: datetime,
-        end: datetime,
-        *,
-        kind: str,
-        method: Literal["GET", "POST"],
-        path: str,
-        id_field: str,
-        lower_param: str,
-        upper_param: str,
-        bare: bool,
-        page_size: int,
-        max_page_size: int,
-        on_stuck: OnStuck = "raise",
-        dense_limit: int = DENSE_LIMIT,
-        max_requests: int | None = None,
-        redact: Callable[[str], str] | None = None,
-    ) -> None:
-        super().__init__(
-            fetch,
-            start,
-            end,
-            kind=kind,
-            path=path,
-            id_field=id_field,
-            lower_param=lower_param,
-            upper_param=upper_param,
-            page_size=page_size,
-            max_page_size=max_page_size,
-            on_stuck=on_stuck,
-            max_requests=max_requests,
-            rows_key=None if bare else "data",
-            redact=redact,
-        )
-        if dense_limit < page_size:
-            raise ValueError("dense_limit must be at least page_size")
-        self.method = method
-        self.bare = bare
-        self.dense_limit = dense_limit
-
-    def _query(self, low: int, high: int, offset: int) -> tuple[_Page, int | None]:
-        query: dict[str, str | int] = {
-            "limit": self.page_size,
-            "offset": offset,
-            self.lower_param: _format_ms(low),
-            self.upper_param: _format_ms(high),
-        }
-        if self.method == "GET":
-            body = self._call("GET", self.path, params=query)
-        else:
-            body = self._call("POST", self.path, json=query)
-        page = self._page(self._rows_of(body), low, high)
-        return page, (None if self.bare else _int_field(body, "total_count"))
-
-    def _slices(self, low: int, high: int, total: int | None) -> list[tuple[int, int]]:
-        # Aim for slices three quarters full, so one uneven slice rarely needs another split.
-        wanted = 2 if total is None else math.ceil(total / max(1, self.page_size * 3 // 4))
-        parts = max(2, min(wanted, MAX_SLICES, high - low))
-        points = [low + (high - low) * i // parts for i in range(parts + 1)]
-        return list(zip(points, points[1:], strict=False))
-
-    def _rows(self) -> Iterator[dict[str, Any]]:
-        limit = self.page_size
-        end = self._end_ms
-        pending = [(self._start_ms, end)]  # a stack: the next (lowest) slice is at the end
-        while pending:
-            low, high = pending.pop()
-            self._unread = (low, end)
-            page, total = self._query(low, high, 0)
-            if page.outside:
-                self.pages += 1
-                yield from self._emit(page)
-                self._stuck(low, end, self._outside(page, low, high))
-                return
-            # total_count below the rows in hand is a lie; the short-page rule still holds.
-            if page.count < limit or total == page.count:
-                self.pages += 1
-                yield from self._emit(page)
-            elif high - low >= 2:
-                slices = self._slices(low, high, total)
-                if not _partition(slices, low, high):
-                    self._stuck(low, end, "a slice would leave its parent window")
-                    return
-                pending.extend(reversed(slices))
-            else:
-                go_on = yield from self._dense(low, high)
-                if not go_on:
-                    return
-
-    def _dense(self, low: int, high: int) -> Generator[dict[str, Any], None, bool]:
-        """Offset-page one overcrowded millisecond until its id count is complete.
-
-        Returns whether paging may go on with the next slices.
-        """
-        limit = self.page_size
-        end = self._end_ms
-        seen: set[str] = set()  # ids of this millisecond found so far
-        for attempt in range(1, DENSE_PASSES + 1):
-            offset, fresh, total = 0, 0, None
-            this_pass: set[str] = set()
-            while True:
-                page, total = self._query(low, high, offset)
-                self.pages += 1
-                if page.outside:
-                    yield from self._emit(page)
-                    self._stuck(low, end, self._outside(page, low, high))
-                    return False
-                new = 0
-                for row, row_id, _, _ in page.rows:
-                    if row_id in this_pass:
-                        continue
-                    this_pass.add(row_id)
-                    new += 1
-                    if row_id in seen:
-                        continue
-                    if len(seen) >= self.dense_limit:
-                        self._stuck(
-                            low,
-                            high,
-                            f"more than {self.dense_limit} {self.kind} in one millisecond",
-                        )
-                        return True
-                    seen.add(row_id)
-                    fresh += 1
-                    if row_id not in self._yielded:
-                        self._yielded.add(row_id)
-                        yield row
-                at, offset = offset, offset + page.count
-                if page.rows and new == 0 and page.count >= limit:
-                    self._stuck(
-                        low,
-                        high,
-                        f"a page of {self.kind} at offset {at} held only rows already read "
-                        "(the server repeats pages or ignores the offset)",
-                    )
-                    return True
-                if page.count < limit or (total is not None and offset >= total):
-                    break
-            if (len(seen) >= total) if total is not None else (attempt > 1 and fresh == 0):
-                return True
-        self._stuck(
-            low,
-            high,
-            f"more than {limit} {self.kind} in one millisecond kept changing "
-            f"over {DENSE_PASSES} offset passes",
-        )
-        return True
-
-
-def _partition(slices: list[tuple[int, int]], low: int, high: int) -> bool:
-    """Whether ``slices`` cover ``[low, high]`` in order, each smaller than it."""
-    if not slices or slices[0][0] != low or slices[-1][1] != high:
-        return False
-    previous = low
-    for first, last in slices:
-        if first != previous or not first < last or last - first >= high - low:
-            return False
-        previous = last
-    return True
-
-
-# --------------------------------------------------------------------------------------------
-# The endpoints
-# --------------------------------------------------------------------------------------------
-
-
-def payments_pager(
-    fetch: Fetch,
-    start: datetime,
-    end: datetime,
-    *,
-    dialect: PaymentsDialect = "hyperswitch",
-    page_size: int = 100,
-    on_stuck: OnStuck = "raise",
-    max_requests: int | None = None,
-    redact: Callable[[str], str] | None = None,
-) -> Pager:
-    """Payments created in ``[start, end]``.
-
-    ``dialect="hyperswitch"``: ``GET /payments/list`` with ``created.gte``/``created.lte``
-    (the API-key form of the real server). ``dialect="seed"``: ``POST /payments/list`` with
-    ``{limit, offset, created_gte, created_lte}`` and ``has_more``.
-    """
-    if dialect == "hyperswitch":
-        return BackwardTimePager(
-            fetch,
-            start,
-            end,
-            kind="payments",
-            path="/payments/list",
-            id_field="payment_id",
-            lower_param="created.gte",
-            upper_param="created.lte",
-            page_size=page_size,
-            max_page_size=100,
-            on_stuck=on_stuck,
-            max_requests=max_requests,
-            redact=redact,
-        )
-    if dialect == "seed":
-        return OffsetPager(
-            fetch,
-            start,
-            end,
-            kind="payments",
-            path="/payments/list",
-            id_field="payment_id",
-            lower_param="created_gte",
-            upper_param="created_lte",
-            page_size=page_size,
-            max_page_size=100,
-            on_stuck=on_stuck,
-            max_requests=max_requests,
-            redact=redact,
-        )
-    raise ValueError("dialect must be 'hyperswitch' or 'seed'")
-
-
-def refunds_pager(
-    fetch: Fetch,
-    start: datetime,
-    end: datetime,
-    *,
-    dialect: RefundsDialect = "hyperswitch",
-    page_size: int = 100,
-    on_stuck: OnStuck = "raise",
-    dense_limit: int = DENSE_LIMIT,
-    max_requests: int | None = None,
-    redact: Callable[[str], str] | None = None,
-) -> Pager:
-    """Refunds created in ``[start, end]``: ``POST /refunds/list`` by time slices.
-
-    ``dialect="hyperswitch"`` filters with ``start_time``/``end_time`` (``RefundListRequest``);
-    ``dialect="seed"`` with the seed's generic ``created_gte``/``created_lte``
-    (``processor-interface.md``, Refunds). Both answer ``{count, total_count, data}``.
-    """
-    if dialect == "hyperswitch":
-        lower, upper = "start_time", "end_time"
-    elif dialect == "seed":
-        lower, upper = "created_gte", "created_lte"
-    else:
-        raise ValueError("dialect must be 'hyperswitch' or 'seed'")
-    return TimeSlicePager(
-        fetch,
-        start,
-        end,
-        kind="refunds",
-        method="POST",
-        path="/refunds/list",
-        id_field="refund_id",
-        lower_param=lower,
-        upper_param=upper,
-        bare=False,
-        page_size=page_size,
-        max_page_size=100,
-        on_stuck=on_stuck,
-        dense_limit=dense_limit,
-        max_requests=max_requests,
-        redact=redact,
-    )
-
-
-def payouts_pager(
-    fetch: Fetch,
-    start: datetime,
-    end: datetime,
-    *,
-    dialect: PayoutsDialect = "get",
-    page_size: int | None = None,
-    on_stuck: OnStuck = "raise",
-    max_requests: int | None = None,
-    redact: Callable[[str], str] | None = None,
-) -> Pager:
-    """Payouts created in ``[start, end]``.
-
-    ``dialect="get"``: ``GET /payouts/list`` (``{size, data}``, no ``total_count``, at most 100
-    per page, default 100). ``dialect="post"``: ``POST /payouts/list`` (``total_count``, at most
-    20 per page, default 20).
-    """
-    if dialect == "get":
-        return BackwardTimePager(
-            fetch,
-            start,
-            end,
-            kind="payouts",
-            path="/payouts/list",
-            id_field="payout_id",
-            lower_param="start_time",
-            upper_param="end_time",
-            page_size=100 if page_size is None else page_size,
-            max_page_size=100,
-            on_stuck=on_stuck,
-            max_requests=max_requests,
-            redact=redact,
-        )
-    if dialect == "post":
-        return OffsetPager(
-            fetch,
-            start,
-            end,
-            kind="payouts",
-            path="/payouts/list",
-            id_field="payout_id",
-            lower_param="start_time",
-            upper_param="end_time",
-            page_size=20 if page_size is None else page_size,
-            max_page_size=20,
-            on_stuck=on_stuck,
-            max_requests=max_requests,
-            redact=redact,
-        )
-    raise ValueError("dialect must be 'get' or 'post'")
-
-
-def disputes_pager(
-    fetch: Fetch,
-    start: datetime,
-    end: datetime,
-    *,
-    page_size: int = 100,
-    on_stuck: OnStuck = "raise",
-    dense_limit: int = DENSE_LIMIT,
-    max_requests: int | None = None,
-    redact: Callable[[str], str] | None = None,
-) -> Pager:
-    """Disputes created in ``[start, end]``: ``GET /disputes/list`` (bare array) by time slices."""
-    return TimeSlicePager(
-        fetch,
-        start,
-        end,
-        kind="disputes",
-        method="GET",
-        path="/disputes/list",
-        id_field="dispute_id",
-        lower_param="start_time",
-        upper_param="end_time",
-        bare=True,
-        page_size=page_size,
-        max_page_size=100,
-        on_stuck=on_stuck,
-        dense_limit=dense_limit,
-        max_requests=max_requests,
-        redact=redact,
-    )
-
-
-def events_pager(
-    fetch: Fetch,
-    merchant_id: str,
-    start: datetime,
-    end: datetime,
-    *,
-    is_delivered: bool | None = False,
-    page_size: int = 100,
-    on_stuck: OnStuck = "raise",
-    max_requests: int | None = None,
-    unlistable: Iterable[IncompleteWindow] = (),
-    redact: Callable[[str], str] | None = None,
-) -> Pager:
-    """Initial delivery attempts (events) created in ``[start, end]``: the admin events list.
-
-    ``POST /events/{merchant_id}`` with ``{created_after, created_before, limit, offset}`` and
-    ``is_delivered`` unless ``None`` (``EventListConstraints``; both bounds inclusive, newest
-    first, at most 100 per page); answers ``{events, total_count}``. Offset paging: events
-    created while paging push rows down, the repeats are skipped by ``event_id``. The 90-day
-    limit of the server is the caller's
-    (:meth:`reconcile.client.events_api.EventsClient.iter_events`
-    clamps the window and passes the clipped part as ``unlistable``).
-    """
-    if is_delivered is not None and not isinstance(is_delivered, bool):
-        raise TypeError("is_delivered must be a bool or None")
-    defect = id_defect(merchant_id)
-    if defect is not None or merchant_id in (".", ".."):
-        raise ValueError(f"merchant_id must be a clean id: it {defect or 'is a dot segment'}")
-    return OffsetPager(
-        fetch,
-        start,
-        end,
-        method="POST",
-        extra={} if is_delivered is None else {"is_delivered": is_delivered},
-        kind="events",
-        path=f"/events/{quote(merchant_id, safe='')}",
-        id_field="event_id",
-        lower_param="created_after",
-        upper_param="created_before",
-        page_size=page_size,
-        max_page_size=100,
-        on_stuck=on_stuck,
-        max_requests=max_requests,
-        rows_key="events",
-        unlistable=unlistable,
-        redact=redact,
-    )

@@ -42,7 +42,7 @@ BATCH: Final = 100
 
 class EventsApi(Protocol):
     """What this path needs of the admin events client
-    (:class:`reconcile.client.processor.EventsClient`)."""
+    (:class:`reconcile.client.events_api.EventsClient`)."""
 
     def iter_events(
         self,

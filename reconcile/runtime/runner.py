@@ -29,7 +29,8 @@ from receiver.core.transitions import is_settled
 from receiver.storage.tables import EventStatus
 from receiver.store import Store
 from receiver.worker.runner import worker_name
-from reconcile.client.paging import Pager, RefundsDialect
+from reconcile.client.list_endpoints import RefundsDialect
+from reconcile.client.paging import Pager
 from reconcile.client.prefetch import Prefetch
 from reconcile.client.processor import ObjectKind, ProcessorClient
 from reconcile.core.diff import Remote

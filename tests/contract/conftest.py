@@ -20,7 +20,8 @@ import pytest
 import requests
 
 from reconcile.client.events_api import EventsClient
-from reconcile.client.processor import ProcessorClient, RetryPolicy
+from reconcile.client.processor import ProcessorClient
+from reconcile.client.transport import RetryPolicy
 from tests.contract import API_KEY
 from tests.contract.patch_spec import spec_path, write_patched_spec
 from tests.contract.prism import PrismServer, find_prism, start_prism

@@ -30,7 +30,8 @@ from flask import Flask
 
 from receiver import WebhookReceiver
 from receiver.storage.tables import InboxEvent, Projection
-from reconcile.client.processor import ProcessorClient, RetryPolicy
+from reconcile.client.processor import ProcessorClient
+from reconcile.client.transport import RetryPolicy
 from reconcile.core.report import KindReport, Report
 from reconcile.runtime.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import ApiFaultConfig, SandboxServer

@@ -43,7 +43,8 @@ from receiver import Event, WebhookReceiver
 from receiver.core.signature import parse_secrets
 from receiver.testing import WebhookTestClient
 from receiver.testing.factories import build_event, encode
-from reconcile.client.processor import ProcessorClient, RetryPolicy
+from reconcile.client.processor import ProcessorClient
+from reconcile.client.transport import RetryPolicy
 from reconcile.core.errors import ProcessorError
 from reconcile.runtime.runner import ReconcileOptions, Reconciler
 from reconcile.sandbox import ApiFaultConfig, SandboxServer, WebhookFaultConfig

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from reconcile.client.events_api import EventsClient
-from reconcile.client.processor import ProcessorClient, RetryPolicy
+from reconcile.client.processor import ProcessorClient
+from reconcile.client.transport import RetryPolicy
 from tests.reconcile.client._fakeapi import (
     ADMIN_KEY,
     API_KEY,

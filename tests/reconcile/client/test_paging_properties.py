@@ -27,14 +27,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconcile.client.paging import (
-    Pager,
+from reconcile.client.list_endpoints import (
     disputes_pager,
     events_pager,
     payments_pager,
     payouts_pager,
     refunds_pager,
 )
+from reconcile.client.paging import Pager
 from reconcile.core.errors import PagingError
 from tests.reconcile.client._fakeapi import API_KEY, FakeProcessor, Misbehaviour, iso_ms, to_us
 

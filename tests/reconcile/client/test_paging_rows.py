@@ -14,13 +14,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.client.paging import (
-    MAX_ROW_ERRORS,
-    RowProblem,
-    format_timestamp,
-    payments_pager,
-    refunds_pager,
-)
+from reconcile.client.list_endpoints import payments_pager, refunds_pager
+from reconcile.client.paging import MAX_ROW_ERRORS, RowProblem, format_timestamp
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.errors import escape_id, id_defect
 from tests.reconcile.client._fakeapi import FakeProcessor, Misbehaviour, Scripted, iso_ms, to_us

@@ -13,7 +13,8 @@ import pytest
 import requests
 
 from receiver.core.errors import ConfigurationError, HookledgerError
-from reconcile.client.processor import ProcessorClient, RetryPolicy, environment_of_key
+from reconcile.client.processor import ProcessorClient, environment_of_key
+from reconcile.client.transport import RetryPolicy
 from reconcile.core.errors import (
     ApiError,
     AuthenticationError,

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.client.paging import format_timestamp, refunds_pager
+from reconcile.client.list_endpoints import refunds_pager
+from reconcile.client.paging import format_timestamp
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.errors import PagingError
 from tests.reconcile.client._fakeapi import FakeProcessor, Obj, to_us
