@@ -11,7 +11,7 @@ import threading
 from datetime import datetime, timedelta
 
 from receiver.core.clock import Clock, as_utc, utcnow
-from receiver.testing.factories import format_timestamp
+from receiver.core.wire import format_timestamp
 
 __all__ = [
     "Clock",

@@ -57,7 +57,7 @@ from typing import Any, Final
 import requests
 
 from receiver.core.signature import SIGNATURE_HEADER, sign
-from receiver.testing.factories import encode
+from receiver.core.wire import encode
 from reconcile.sandbox.clock import format_timestamp
 from reconcile.sandbox.faults import FaultController
 

@@ -12,8 +12,8 @@ from flask import Flask
 
 import receiver.storage.database as db
 from receiver import Event, WebhookReceiver
+from receiver.core.wire import encode
 from receiver.testing import WebhookTestClient
-from receiver.testing.factories import encode
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.errors import ReconcileLocked
 from reconcile.runtime.runner import ReconcileOptions, Reconciler

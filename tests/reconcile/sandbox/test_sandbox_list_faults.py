@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from receiver.testing.factories import format_timestamp as iso
+from receiver.core.wire import format_timestamp as iso
 from reconcile.sandbox import ApiFaultConfig, FrozenClock, Sandbox
 from tests.reconcile.sandbox.sandbox_support import ADMIN_KEY, Api
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import requests
 
-from receiver.testing.factories import format_timestamp as iso
+from receiver.core.wire import format_timestamp as iso
 from reconcile.sandbox import FrozenClock, SandboxServer
 from tests.reconcile.sandbox.sandbox_support import Api
 
