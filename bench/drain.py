@@ -183,7 +183,7 @@ def steady_state(cfg: DrainConfig, backend: Backend, workdir: Path) -> Steady:
                     if wait > 0:
                         time.sleep(wait)
                     body = template.body(new_event_id(), f"pay_{i:020d}")
-                    store.insert(parse_event(body), body)
+                    store.inbox.insert(parse_event(body), body)
                     stored += 1
                 offered = stored / (time.monotonic() - t0)
                 _wait_drained(engine, cfg.timeout)

@@ -25,7 +25,7 @@ def _template_row(engine: sa.Engine) -> dict[str, Any]:
     from receiver.store import Store
 
     body = Template().body("evt_" + "0" * 32, "pay_" + "0" * 20)
-    Store(engine).insert(parse_event(body), body)
+    Store(engine).inbox.insert(parse_event(body), body)
     from receiver.storage.sql.tables import EVENT
 
     with engine.begin() as conn:

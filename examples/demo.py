@@ -513,7 +513,7 @@ def _wait_idle(database_url: str) -> None:
     try:
 
         def idle() -> bool:
-            counts = store.counts()
+            counts = store.operations.counts()
             return not counts.get("pending") and not counts.get("processing")
 
         wait_for(idle, 120, "the worker to finish", interval=0.3)

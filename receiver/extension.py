@@ -147,9 +147,11 @@ class WebhookReceiver:
                 "observe() after your commit, or without session="
             )
         if session is not None:
-            inserted = state.store.insert_on(session.connection(), event, body, source=Source.API)
+            inserted = state.store.inbox.insert_on(
+                session.connection(), event, body, source=Source.API
+            )
         else:
-            inserted = state.store.insert(event, body, source=Source.API)
+            inserted = state.store.inbox.insert(event, body, source=Source.API)
         status = None
         if dispatch and inserted.result != "conflict":
             worker = state.worker(name=f"inline:{os.getpid()}")

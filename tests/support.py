@@ -39,4 +39,4 @@ def reconcile_ready(engine: Engine) -> None:
     from reconcile.storage.store import RECONCILE_MIGRATIONS
 
     db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
-    Store(engine).set_cutover("new_account", None)
+    Store(engine).operations.set_cutover("new_account", None)

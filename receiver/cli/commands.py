@@ -307,7 +307,7 @@ def requeue_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     """Requeue dead (or waiting) events; handlers that succeeded are not run again."""
     _engine()
     try:
-        chosen = _state().store.requeue(_event_filter(options), dry_run=dry_run)
+        chosen = _state().store.operations.requeue(_event_filter(options), dry_run=dry_run)
     except HookledgerError as exc:  # redacted events are refused
         _fail(exc.message)
         return
@@ -331,7 +331,7 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
         _fail("replay needs a filter (--id, --event-id, --type, --since/--until or --status)")
     _engine()
     try:
-        pairs = _state().store.replay(flt, dry_run=dry_run, parse=parse_event)
+        pairs = _state().store.operations.replay(flt, dry_run=dry_run, parse=parse_event)
     except HookledgerError as exc:  # redacted events are refused; a body sealed with a key
         _fail(exc.message)  # that is not configured names its row
         return
@@ -580,7 +580,7 @@ def conflicts_cmd(limit: int, offset: int, as_json: bool) -> None:
 def stats_cmd(as_json: bool) -> None:
     """Counts by status and the age of the oldest open event."""
     _engine()
-    counts, age = _state().store.stats()
+    counts, age = _state().store.operations.stats()
     payload = {"events": counts, "oldest_open_age_seconds": age}
     if as_json:
         click.echo(json.dumps(payload))

@@ -61,7 +61,7 @@ def receive() -> tuple[Response, int]:
         secret_id = verify(body, request.headers.get(SIGNATURE_HEADER), state.settings.secrets)
         event = parse_event(body)
         check_event_age(event, state.settings.data.max_event_age, state.store.now)
-        outcome = state.store.insert(
+        outcome = state.store.inbox.insert(
             event, body, headers=request.headers.items(), secret_id=secret_id
         )
     except ReceiveError as exc:
@@ -132,7 +132,7 @@ def ready() -> tuple[Response, int]:
     """
     state = receiver_state()
     try:
-        revision = state.store.schema_revision()
+        revision = state.store.operations.schema_revision()
     except Exception as exc:  # noqa: BLE001 - any storage failure means "not ready"
         log.error("readiness check failed: %s", _db_reason(exc), extra={"action": "health"})
         return error_response(StorageUnavailable())

@@ -154,17 +154,17 @@ class Worker:
 
     def run_once(self) -> int:
         """Claim a batch of due events and process them; return how many were processed."""
-        if self.store.single_writer and not self.store.any_due():
+        if self.store.single_writer and not self.store.queue.any_due():
             return 0  # found without taking the write lock
         with self._writing():
-            batch = self.store.claim_batch(
+            batch = self.store.queue.claim_batch(
                 self.name, self.config.lease_seconds, limit=self.config.batch_size
             )
         if not batch:
             return 0
         if self.stopping.is_set():
             for claimed in batch:
-                self.store.release(claimed)
+                self.store.queue.release(claimed)
             return 0
         heartbeat = _Heartbeat(self.store, batch, self.config.lease_seconds)
         heartbeat.start()
@@ -178,7 +178,7 @@ class Worker:
             elif self.store.single_writer:
                 outcomes = self._dispatch_yielding(works)
             else:
-                outcomes = self.store.dispatch_many(works)
+                outcomes = self.store.dispatcher.dispatch_many(works)
         finally:
             heartbeat.stop()
         self._report(works, outcomes, timings)
@@ -208,7 +208,7 @@ class Worker:
             turn = works[done : done + self._turn]
             started = time.monotonic()
             with self._writing():
-                outcomes.extend(self.store.dispatch_many(turn))
+                outcomes.extend(self.store.dispatcher.dispatch_many(turn))
             held = time.monotonic() - started
             done += len(turn)
             # A turn's time is mostly its commit (an fsync) until its handlers take longer.
@@ -234,7 +234,7 @@ class Worker:
         outcomes: list[Outcome] = []
         for work in works:
             started = time.monotonic()
-            outcomes.extend(self.store.dispatch_many([work]))
+            outcomes.extend(self.store.dispatcher.dispatch_many([work]))
             held = time.monotonic() - started
             self.stopping.wait(SQLITE_LONG_PAUSE if held >= 0.05 else max(0.002, held))
         return outcomes
@@ -244,8 +244,8 @@ class Worker:
         timings: dict[int, _Timings] = {}
         work = self._work(claimed, timings)
         if work is None:  # closed without dispatch: dead, or failed and waiting for a retry
-            return self.store.status_of(claimed.pk) or EventStatus.DEAD
-        outcome = self.store.dispatch(work.claimed, work.handlers)
+            return self.store.queue.status_of(claimed.pk) or EventStatus.DEAD
+        outcome = self.store.dispatcher.dispatch(work.claimed, work.handlers)
         self._report([work], [outcome], timings)
         return outcome.status
 
@@ -257,9 +257,11 @@ class Worker:
         """
         deadline = time.monotonic() + wait
         for _ in range(1000):
-            claimed = self.store.claim_object(self.name, object_key, self.config.lease_seconds)
+            claimed = self.store.queue.claim_object(
+                self.name, object_key, self.config.lease_seconds
+            )
             if claimed is None:
-                status = self.store.status_of(event_pk)
+                status = self.store.queue.status_of(event_pk)
                 if status not in EventStatus.OPEN or time.monotonic() >= deadline:
                     return status if status not in EventStatus.OPEN else None
                 self.stopping.wait(0.02)
@@ -273,7 +275,7 @@ class Worker:
         try:
             event = parse_event(self.store.open_body(claimed.body, claimed.event_id))
         except MalformedEvent as exc:  # stored by an older version, or edited by hand
-            if self.store.finish(claimed, status=EventStatus.DEAD, error=str(exc)):
+            if self.store.dispatcher.finish(claimed, status=EventStatus.DEAD, error=str(exc)):
                 log.error(
                     "event dead-lettered: its stored body cannot be parsed",
                     extra=_about(claimed, action="dead_letter"),
@@ -286,7 +288,7 @@ class Worker:
                 )
             return None
         except BodyRedacted as exc:  # never dispatch what retention emptied
-            if self.store.finish(claimed, status=EventStatus.DEAD, error=exc.message):
+            if self.store.dispatcher.finish(claimed, status=EventStatus.DEAD, error=exc.message):
                 log.error(
                     "event dead-lettered: its body was redacted",
                     extra=_about(claimed, action="dead_letter"),
@@ -304,7 +306,9 @@ class Worker:
                 exc.message,
                 extra=_about(claimed, action="data_key_error"),
             )
-            written = self.store.finish(claimed, status="failed", error=f"body {exc.message}")
+            written = self.store.dispatcher.finish(
+                claimed, status="failed", error=f"body {exc.message}"
+            )
             if written == EventStatus.DEAD:
                 signals.send(
                     signals.event_dead_lettered,
@@ -496,7 +500,7 @@ class _Heartbeat:
             if not held:
                 return
             try:
-                kept = self._store.renew(held, self._lease)
+                kept = self._store.queue.renew(held, self._lease)
             except Exception:  # noqa: BLE001 - keep trying; the lease may still hold
                 log.exception("could not renew the lease", extra={"action": "lease_renew"})
                 continue

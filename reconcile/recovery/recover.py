@@ -182,7 +182,7 @@ class Recovery:
         if not bodies:
             return
         if self.options.dry_run:
-            waiting = self.inbox.waiting(f"{kind}:{f.object_id}" for f, _, _, _ in bodies)
+            waiting = self.inbox.inbox.waiting(f"{kind}:{f.object_id}" for f, _, _, _ in bodies)
             for finding, _body, _event_id, _dated_by in bodies:
                 assert finding.event_type is not None
                 if f"{kind}:{finding.object_id}" in waiting:
@@ -192,7 +192,7 @@ class Recovery:
             return
         # One transaction: objects with an event already waiting in the inbox are skipped
         # (queued: what the worker does next may settle them), the others inserted.
-        results = self.inbox.insert_synthesised(
+        results = self.inbox.inbox.insert_synthesised(
             [(parse_event(body), body) for _, body, _, _ in bodies],
             source=self.options.source,
             unless_queued=True,

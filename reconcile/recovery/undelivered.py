@@ -131,7 +131,7 @@ class UndeliveredEvents:
         return f"UndeliveredEvents(merchant_id={self.merchant_id!r}, resend={self.resend})"
 
     def run(self, start: datetime, end: datetime, report: EventsReport, *, dry_run: bool) -> None:
-        cutover = self.inbox.cutover()
+        cutover = self.inbox.operations.cutover()
         pager = self.api.iter_events(
             self.merchant_id,
             start,
@@ -250,7 +250,7 @@ class UndeliveredEvents:
         if dry_run:
             report.recovered[event.event_type] += 1
             return
-        result = self.inbox.insert(
+        result = self.inbox.inbox.insert(
             event, body, headers=headers, secret_id=secret_id, source=Source.RECOVERED
         )
         if result.result == "inserted":

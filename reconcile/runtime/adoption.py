@@ -210,17 +210,17 @@ class Adopter:
 
     def declare_new_account(self) -> AdoptionReport:
         """Record that the account has nothing before hookledger (every path dispatches)."""
-        if self.inbox.cutover_mode() == "adopted":
+        if self.inbox.operations.cutover_mode() == "adopted":
             raise ValueError(
                 "this database has adopted an account with history; it cannot be declared new"
             )
-        self.inbox.set_cutover("new_account", None)
+        self.inbox.operations.set_cutover("new_account", None)
         return AdoptionReport(mode="new_account", dry_run=False, cutover_at=None)
 
     def adopt(self, options: AdoptOptions | None = None) -> AdoptionReport:
         """Adopt (or go on adopting) the account's current state; see the module docstring."""
         options = options or AdoptOptions()
-        if self.inbox.cutover_mode() == "new_account":
+        if self.inbox.operations.cutover_mode() == "new_account":
             raise ValueError("this database was declared a new account; there is nothing to adopt")
         lease = None if options.dry_run else self.store.lock(self.owner)
         if lease is not None:
@@ -233,10 +233,10 @@ class Adopter:
 
     def _adopt(self, options: AdoptOptions) -> AdoptionReport:
         progress = self._progress()
-        existing = self.inbox.cutover()
+        existing = self.inbox.operations.cutover()
         cutover = existing.at if existing is not None else truncate_ms(self.clock())
         if existing is None and not options.dry_run:
-            self.inbox.set_cutover("adopted", cutover)
+            self.inbox.operations.set_cutover("adopted", cutover)
         report = AdoptionReport(mode="adopted", dry_run=options.dry_run, cutover_at=cutover)
         budget = options.max_requests
         followed = FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock)

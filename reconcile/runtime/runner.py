@@ -255,7 +255,7 @@ class Reconciler:
                     self._list_kind(run_id, name, options, started, report, recovery)
             if options.sweep_budget:
                 self._sweep(options, report, recovery)
-            report.dead_letter = self.inbox.counts().get(EventStatus.DEAD, 0)
+            report.dead_letter = self.inbox.operations.counts().get(EventStatus.DEAD, 0)
             report.finished_at = as_utc(self.clock())
             report.duration_seconds = time.monotonic() - timer
             self.store.finish_run(run_id, report.status, report.as_dict())

@@ -430,7 +430,7 @@ def adoption_state(inbox: Store, store: ReconcileStore) -> AdoptionState | None:
     adoption has begun and not finished; ``legacy``: reconcile ran here before adoption
     existed (its watermarks are its own history); ``None``: none of these.
     """
-    mode = inbox.cutover_mode()
+    mode = inbox.operations.cutover_mode()
     if mode == "new_account":
         return "new_account"
     if mode == "adopted":

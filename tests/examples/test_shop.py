@@ -115,7 +115,7 @@ def test_event_before_the_order_exists_waits_until_it_does(
     )
     for _ in range(12):  # more rounds than max attempts (8): deferral uses none of them
         webhook_client.drain()
-        row = WebhookReceiver.state(app).store.get("evt_o5")
+        row = WebhookReceiver.state(app).store.operations.get("evt_o5")
         assert row is not None and (row.status, row.attempts) == ("pending", 0)
         _due_now(app, "evt_o5")
     listed = app.test_cli_runner().invoke(args=["hookledger", "events", "--deferred"])

@@ -134,7 +134,7 @@ class World:
         )
 
     def projected(self, kind: str, object_id: str) -> str | None:
-        row = self.store.projection(kind, object_id)
+        row = self.store.operations.projection(kind, object_id)
         if row is None:
             return None
         return f"{row.stage}/{row.status}" if row.stage else row.status

@@ -513,7 +513,7 @@ def test_well_formed_signed_events_get_200_and_exactly_one_row(
     assert response.status_code == 200, response.get_data()[:300]
     assert response.get_json() == {"status": "inserted", "event_id": event["event_id"]}
     assert receiver.counts() == Counts(before.inbox + 1, before.conflicts)
-    stored = receiver.state.store.get(event["event_id"])
+    stored = receiver.state.store.operations.get(event["event_id"])
     assert stored is not None and bytes(stored.body) == body
     assert stored.secret_id == ("primary" if secret == PRIMARY else "previous")
     kept = {k.lower() for k in json.loads(stored.headers)}

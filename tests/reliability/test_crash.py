@@ -87,7 +87,7 @@ def test_sigkilled_workers_mid_handler_lose_nothing_and_rerun_nothing(
     try:
         store = Store(writer)
         for body in bodies.values():
-            store.insert(parse_event(body), body)
+            store.inbox.insert(parse_event(body), body)
     finally:
         writer.dispose()
     progress, fail_dir = tmp_path / "progress", tmp_path / "fail"

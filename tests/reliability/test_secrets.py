@@ -268,7 +268,7 @@ def test_receive_worker_and_operator_commands_show_no_secret(
     _cli(app, evidence, "hookledger", "stats", "--json")
     _cli(app, evidence, "hookledger", "stats")
     _cli(app, evidence, "hookledger", "db", "current")
-    dead = state.store.get("evt_s0")
+    dead = state.store.operations.get("evt_s0")
     assert dead is not None and dead.status == "dead" and dead.last_error
     assert "RuntimeError" in dead.last_error
     for name, value in [
@@ -282,7 +282,7 @@ def test_receive_worker_and_operator_commands_show_no_secret(
         ("test client", hooks),
         ("receiver", app.extensions),
         ("stored event", dead),
-        ("handler runs", state.store.handler_runs(dead.id or 0)),
+        ("handler runs", state.store.operations.handler_runs(dead.id or 0)),
     ]:
         evidence.obj(name, value)
     evidence.database("db", state.store.engine)

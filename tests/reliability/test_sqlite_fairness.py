@@ -36,7 +36,7 @@ def test_webhooks_are_stored_while_a_worker_runs_slow_handlers(
         store = Store(engine)
         for i in range(40):
             body = encode(build_event("payment_succeeded", object_id=f"pay_backlog_{i}"))
-            store.insert(parse_event(body), body)
+            store.inbox.insert(parse_event(body), body)
         engine.dispose()
         procs = Procs(
             tmp_path, database_url, RELAPP_SLEEP="0.1", RELAPP_RUNLOG=str(tmp_path / "runlog")

@@ -315,7 +315,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
 
     @bp.post("/events/<int:pk>/requeue")
     def requeue_one(pk: int) -> BaseResponse:
-        chosen = _store().requeue(
+        chosen = _store().operations.requeue(
             EventFilter(pks=(pk,), statuses=(EventStatus.DEAD, EventStatus.PENDING))
         )
         done = "requeued" if chosen else "nothing to requeue"
@@ -325,7 +325,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
     def replay_one(pk: int) -> BaseResponse:
         from receiver.core.events import parse_event
 
-        pairs = _store().replay(EventFilter(pks=(pk,)), parse=parse_event)
+        pairs = _store().operations.replay(EventFilter(pks=(pk,)), parse=parse_event)
         done = f"replayed as {pairs[0][1]}" if pairs else "nothing to replay"
         return redirect(url_for(".event", pk=pk, done=done))
 
@@ -359,7 +359,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
                 return redirect(url_for(".dead", done="no event selected"))
             flt = EventFilter(pks=pks, statuses=(EventStatus.DEAD,))
         if form.get("confirm") != "yes":
-            would = _store().requeue(flt, dry_run=True)
+            would = _store().operations.requeue(flt, dry_run=True)
             return render(
                 "confirm.html",
                 would=would,
@@ -367,7 +367,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
                 title="Requeue dead letters?",
                 tab="dead",
             )
-        chosen = _store().requeue(flt)
+        chosen = _store().operations.requeue(flt)
         return redirect(url_for(".dead", done=f"{len(chosen)} event(s) requeued"))
 
     @bp.get("/stale")

@@ -124,7 +124,7 @@ def test_rotation_under_load_loses_nothing(make_app: AppFactory) -> None:
     assert handled == Counter({event_id: 1 for event_id in {**old, **new}})
     only_new, _ = make_app(data_keys=f"k2:{KEY2}")
     reader = WebhookReceiver.state(only_new).store
-    events = reader.select_events(EventFilter())
+    events = reader.operations.select_events(EventFilter())
     assert len(events) == OLD + NEW
     for event in events:
         assert event.key_id == "k2" and event.status == "done"

@@ -138,25 +138,25 @@ def test_no_payload_plaintext_reaches_the_database(make_app: AppFactory) -> None
         "payment_succeeded", object_id="pay_canary_5", metadata={"note": CANARY}
     )
     raw = encode(synthesised)
-    assert store.insert_synthesised([(parse_event(raw), raw)]) != {}
+    assert store.inbox.insert_synthesised([(parse_event(raw), raw)]) != {}
     drain(app)
-    store.replay(EventFilter(event_ids=["evt_canary_1"]), parse=parse_event)
+    store.operations.replay(EventFilter(event_ids=["evt_canary_1"]), parse=parse_event)
     drain(app)
     store.rejections.flush()
 
     assert plaintext_found(store.engine, CANARY) == []
     # What the database holds, it holds sealed, and the pipeline worked on the plaintext.
     assert seen.count(EMAIL) >= 2  # the webhook and its replay (and the observed/synthesised)
-    row = store.get("evt_canary_1")
+    row = store.operations.get("evt_canary_1")
     assert row is not None and row.key_id == "k1" and row.body.startswith(MAGIC)
     assert row.body_sha256 != hashlib.sha256(first).hexdigest()
     assert store.open_body(row.body, row.event_id) == first
     assert store.open_headers(row.headers, row.event_id)["X-Tenant"] == f"tenant-{CANARY}"
-    failed = store.select_events(EventFilter(event_types=["payment_failed"]))[0]
+    failed = store.operations.select_events(EventFilter(event_types=["payment_failed"]))[0]
     assert failed.status == EventStatus.DEAD and EMAIL in (failed.last_error or "")
     assert failed.id is not None
-    assert EMAIL in (store.handler_runs(failed.id)["failing"].last_error or "")
-    deferred = store.select_events(EventFilter(deferred=True))
+    assert EMAIL in (store.operations.handler_runs(failed.id)["failing"].last_error or "")
+    deferred = store.operations.select_events(EventFilter(deferred=True))
     assert len(deferred) == 1 and CANARY in (deferred[0].last_error or "")
     rejected = store.rejections.rows()
     assert rejected[0].reason == "signature_mismatch" and rejected[0].body == forged
@@ -169,7 +169,7 @@ def test_rows_stored_before_encryption_are_read_and_deduplicated(make_app: AppFa
     plain, _ = make_app()
     a = encode(build_event("payment_succeeded", event_id="evt_old", object_id="pay_old"))
     assert post(plain, a).json["status"] == "inserted"
-    row = store_of(plain).get("evt_old")
+    row = store_of(plain).operations.get("evt_old")
     assert row is not None and row.key_id is None and row.body == a
     assert row.body_sha256 == hashlib.sha256(a).hexdigest()
 
@@ -179,10 +179,10 @@ def test_rows_stored_before_encryption_are_read_and_deduplicated(make_app: AppFa
     assert post(keyed, changed).json["status"] == "conflict"
     b = encode(build_event("payment_succeeded", event_id="evt_new", object_id="pay_new"))
     assert post(keyed, b).json["status"] == "inserted"
-    new = store_of(keyed).get("evt_new")
+    new = store_of(keyed).operations.get("evt_new")
     assert new is not None and new.key_id == "k1" and new.body != b
     assert drain(keyed) == 2
-    assert {e.status for e in store_of(keyed).select_events(EventFilter())} == {"done"}
+    assert {e.status for e in store_of(keyed).operations.select_events(EventFilter())} == {"done"}
 
 
 def test_a_missing_or_wrong_key_is_an_error_of_that_row_only(
@@ -222,14 +222,14 @@ def test_a_missing_or_wrong_key_is_an_error_of_that_row_only(
         )
     drain(new)  # no exception
     assert calls == Counter({"evt_k2": 1, "evt_swapped": 1})
-    k1_row, victim = store.get("evt_k1"), store.get("evt_victim")
+    k1_row, victim = store.operations.get("evt_k1"), store.operations.get("evt_victim")
     assert k1_row is not None and victim is not None
     assert k1_row.status == EventStatus.DEAD and victim.status == EventStatus.DEAD
     assert "sealed with data key 'k1', which is not configured" in (k1_row.last_error or "")
     assert "moved from another row" in (victim.last_error or "")
     # With the key back, the operator requeues it and it runs.
     both, _ = make_app(hooks, data_keys=f"k2:{KEY2},k1:{KEY1}")
-    assert len(store_of(both).requeue(EventFilter(event_ids=["evt_k1"]))) == 1
+    assert len(store_of(both).operations.requeue(EventFilter(event_ids=["evt_k1"]))) == 1
     drain(both)
     assert calls["evt_k1"] == 1
 
@@ -268,10 +268,10 @@ def test_redacted_history_keeps_dedupe_the_guard_and_transition_once(make_app: A
         "conflicts": 0,
         "rejections": 0,
     }
-    row = store.get("evt_paid")
+    row = store.operations.get("evt_paid")
     assert row is not None and row.redacted_at is not None and row.status == EventStatus.DONE
     assert (row.body, row.headers, row.last_error, row.key_id) == (b"", "{}", None, "k1")
-    kept = store.get("evt_dead")  # a dead letter keeps its body for the operator
+    kept = store.operations.get("evt_dead")  # a dead letter keeps its body for the operator
     assert kept is not None and kept.redacted_at is None and kept.body
 
     # The processor retries the redacted event: the same bytes are a duplicate...
@@ -290,24 +290,24 @@ def test_redacted_history_keeps_dedupe_the_guard_and_transition_once(make_app: A
     assert post(app, encode(older)).status_code == 200
     assert post(app, encode(again)).status_code == 200
     drain(app)
-    assert store.get("evt_late").status == EventStatus.STALE  # type: ignore[union-attr]
-    assert store.get("evt_again").status == EventStatus.DUPLICATE  # type: ignore[union-attr]
+    assert store.operations.get("evt_late").status == EventStatus.STALE  # type: ignore[union-attr]
+    assert store.operations.get("evt_again").status == EventStatus.DUPLICATE  # type: ignore[union-attr]
     assert calls == Counter({"payment_succeeded": 1})
 
     # A redacted event is never dispatched again: replay and requeue refuse it...
     with pytest.raises(RedactedEvents, match="#1.*cannot be replayed"):
-        store.replay(EventFilter(event_ids=["evt_paid"]), parse=parse_event)
+        store.operations.replay(EventFilter(event_ids=["evt_paid"]), parse=parse_event)
     result = app.test_cli_runner().invoke(args=["hookledger", "replay", "--event-id", "evt_paid"])
     assert result.exit_code == 2 and "redacted" in result.output
     with store.engine.begin() as conn:  # (a dead redacted row can only come from an edit)
         conn.execute(sa.text("UPDATE hookledger_event SET status='dead' WHERE id = 1"))
     with pytest.raises(RedactedEvents, match="cannot be requeued"):
-        store.requeue(EventFilter(event_ids=["evt_paid"]))
+        store.operations.requeue(EventFilter(event_ids=["evt_paid"]))
     # ... and a worker that meets one (a row edited back to pending) dead-letters it unrun.
     with store.engine.begin() as conn:
         conn.execute(sa.text("UPDATE hookledger_event SET status='pending' WHERE id = 1"))
     drain(app)
-    row = store.get("evt_paid")
+    row = store.operations.get("evt_paid")
     assert row is not None and row.status == EventStatus.DEAD
     assert "redacted" in (row.last_error or "")
     assert calls == Counter({"payment_succeeded": 1})
@@ -350,11 +350,11 @@ def test_prune_keeps_each_kind_for_its_own_age(make_app: AppFactory) -> None:
     report = store.retention.run(policy)
     assert report.pruned == {"events": 1, "dead": 0, "conflicts": 1, "rejections": 0}
     assert report.redacted == {"events": 0, "conflicts": 0, "rejections": 0}  # pruned first
-    assert store.get("evt_done") is None and store.get("evt_dead") is not None
+    assert store.operations.get("evt_done") is None and store.operations.get("evt_dead") is not None
     now[0] = T0 + timedelta(days=200)
     assert store.retention.prune(policy)["dead"] == 1
-    assert store.get("evt_open") is not None  # open events are never deleted
-    assert store.projection("payment", "p1") is not None  # the guard's memory stays
+    assert store.operations.get("evt_open") is not None  # open events are never deleted
+    assert store.operations.projection("payment", "p1") is not None  # the guard's memory stays
     runner = app.test_cli_runner()
     result = runner.invoke(args=["hookledger", "prune", "--dead-days", "0", "--json", "--dry-run"])
     assert result.exit_code == 0, result.output
@@ -410,14 +410,14 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
     # Only k2 is needed now, for everything.
     only, _ = make_app(hooks, data_keys=f"k2:{KEY2}")
     store = store_of(only)
-    for event in store.select_events(EventFilter()):
+    for event in store.operations.select_events(EventFilter()):
         assert event.key_id == "k2"
         assert parse_event(store.open_body(event.body, event.event_id)).event_id == event.event_id
         store.open_headers(event.headers, event.event_id)
         assert "[sealed" not in (event.last_error or "")
-    failed = store.get("evt_l2")
+    failed = store.operations.get("evt_l2")
     assert failed is not None and failed.id is not None
-    assert EMAIL in (store.handler_runs(failed.id)["failing"].last_error or "")
+    assert EMAIL in (store.operations.handler_runs(failed.id)["failing"].last_error or "")
     assert store.rejections.rows()[0].body == b'{"forged": true}'
     assert post(only, l1).json["status"] == "duplicate"  # re-keyed hash of a legacy row
     assert post(only, a1).json["status"] == "duplicate"
@@ -511,7 +511,7 @@ def test_the_reconciler_stores_sealed_rows(database_url: str, engine: sa.Engine)
         mp.setenv("HOOKLEDGER_DATA_KEYS", f"k1:{KEY1}")
         inbox = Context(database_url, None, None).inbox()
     raw = encode(build_event("payment_succeeded", object_id="pay_rec", email=EMAIL))
-    inbox.insert(parse_event(raw), raw, source=Source.RECOVERED)
+    inbox.inbox.insert(parse_event(raw), raw, source=Source.RECOVERED)
     assert inbox.keyring.primary == "k1"
     assert plaintext_found(engine, CANARY) == []
     inbox.engine.dispose()
@@ -530,7 +530,7 @@ def test_redaction_keys_the_body_hash_with_the_primary_so_old_keys_can_go(
     store = store_of(new)
     store.clock = lambda: datetime.now(UTC) + timedelta(days=40)
     assert store.retention.redact(timedelta(days=30))["events"] == 1
-    row = store.get("evt_r")
+    row = store.operations.get("evt_r")
     assert row is not None and row.key_id == "k2" and row.body == b""
     assert store.rotation.status()["redacted_elsewhere"] == {}
     only, _ = make_app(data_keys=f"k2:{KEY2}")

@@ -26,7 +26,7 @@ def test_a_secret_pasted_with_a_space_after_the_colon_verifies(make_app: AppFact
     client = WebhookTestClient(app, secret=SECRETS["primary"])
     response = client.send("payment_succeeded", event_id="evt_spaced")
     assert response.status_code == 200, response.get_json()
-    row = WebhookReceiver.state(app).store.get("evt_spaced")
+    row = WebhookReceiver.state(app).store.operations.get("evt_spaced")
     assert row is not None and row.secret_id == "primary"
 
 

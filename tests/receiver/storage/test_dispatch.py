@@ -30,7 +30,7 @@ T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 def _insert(store: Store, event_type: str, *, at: datetime, **fields: Any) -> Event:
     body = encode(build_event(event_type, timestamp=at, **fields))
     event = parse_event(body)
-    store.insert(event, body)
+    store.inbox.insert(event, body)
     return event
 
 
@@ -63,9 +63,9 @@ def test_failing_handler_is_retried_alone(make_app: AppFactory) -> None:
     assert client.drain() == 3
     assert calls == Counter(flaky=3, steady=1, **{"class": 1, "any": 1})
     store = WebhookReceiver.state(app).store
-    row = store.get("evt_flaky")
+    row = store.operations.get("evt_flaky")
     assert row is not None and row.status == "done" and row.attempts == 3
-    runs = store.handler_runs(row.id or 0)
+    runs = store.operations.handler_runs(row.id or 0)
     assert runs[f"{__name__}.test_failing_handler_is_retried_alone.<locals>.flaky"].attempts == 3
     assert {r.status for r in runs.values()} == {"succeeded"}
 
@@ -90,7 +90,7 @@ def test_dead_letter_then_requeue_runs_only_the_failed_handler(make_app: AppFact
     client.send("refund_succeeded", event_id="evt_dead")
     client.drain()
     store = WebhookReceiver.state(app).store
-    row = store.get("evt_dead")
+    row = store.operations.get("evt_dead")
     assert row is not None and row.status == "dead"
     assert "template missing" in (row.last_error or "")
     assert calls == Counter(notify=3, book=1)
@@ -99,14 +99,14 @@ def test_dead_letter_then_requeue_runs_only_the_failed_handler(make_app: AppFact
     dry = runner.invoke(args=["hookledger", "requeue", "--type", "refund_succeeded", "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert "1 event(s) would be requeued" in dry.output
-    assert store.get("evt_dead").status == "dead"  # type: ignore[union-attr]
+    assert store.operations.get("evt_dead").status == "dead"  # type: ignore[union-attr]
 
     broken["yes"] = False
     result = runner.invoke(args=["hookledger", "requeue", "--event-id", "evt_dead", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["requeued"][0]["event_id"] == "evt_dead"
     client.drain()
-    assert store.get("evt_dead").status == "done"  # type: ignore[union-attr]
+    assert store.operations.get("evt_dead").status == "done"  # type: ignore[union-attr]
     assert calls == Counter(notify=4, book=1)
 
 
@@ -132,10 +132,10 @@ def test_stale_event_does_not_move_the_object_back(make_app: AppFactory) -> None
     client.drain()
     assert seen == ["payment_succeeded"]
     store = WebhookReceiver.state(app).store
-    late = store.get("evt_late")
+    late = store.operations.get("evt_late")
     assert late is not None and late.status == "stale"
     assert "backwards" in (late.last_error or "")
-    projection = store.projection("payment", "pay_s")
+    projection = store.operations.projection("payment", "pay_s")
     assert projection is not None and projection.status == "succeeded"
 
 
@@ -186,11 +186,11 @@ def test_a_transition_is_dispatched_once_however_it_arrives(make_app: AppFactory
     store = WebhookReceiver.state(app).store
     synthesised = build_event("payment_succeeded", object_id="pay_t", event_id="rec_pay_t_1")
     body = encode(synthesised)
-    store.insert(parse_event(body), body, source="reconcile")
+    store.inbox.insert(parse_event(body), body, source="reconcile")
     WebhookTestClient(app).send("payment_succeeded", object_id="pay_t", event_id="evt_webhook")
     WebhookTestClient(app).drain()
     assert seen == ["rec_pay_t_1"]
-    late = store.get("evt_webhook")
+    late = store.operations.get("evt_webhook")
     assert late is not None and late.status == "duplicate"
 
 
@@ -250,7 +250,7 @@ def test_replay_runs_every_handler_again_for_a_copy(make_app: AppFactory) -> Non
     client.drain()
     # Handlers see the event exactly as it was stored (same id and body) a second time.
     assert seen == ["evt_d", "evt_d"]
-    copy = WebhookReceiver.state(app).store.get("evt_d~replay1")
+    copy = WebhookReceiver.state(app).store.operations.get("evt_d~replay1")
     assert copy is not None and copy.source == "replay" and copy.status == "done"
     assert runner.invoke(args=["hookledger", "replay"]).exit_code == 2
 
@@ -270,21 +270,21 @@ def test_object_lease_excludes_other_workers_until_it_expires(engine: sa.Engine)
     _insert(store, "payment_succeeded", at=T0 + timedelta(seconds=1), object_id="pay_l")
     _insert(store, "payment_succeeded", at=T0, object_id="pay_other")
 
-    first = store.claim("worker-a", lease_seconds=30)
+    first = store.queue.claim("worker-a", lease_seconds=30)
     assert first is not None and first.object_id in {"pay_l", "pay_other"}
-    second = store.claim("worker-b", lease_seconds=30)
+    second = store.queue.claim("worker-b", lease_seconds=30)
     assert second is not None and second.object_id != first.object_id
     # Everything left belongs to leased objects.
-    assert store.claim("worker-c", lease_seconds=30) is None
+    assert store.queue.claim("worker-c", lease_seconds=30) is None
 
     clock.now += timedelta(seconds=31)  # worker-a and worker-b "crashed"
-    retaken = store.claim("worker-c", lease_seconds=30)
+    retaken = store.queue.claim("worker-c", lease_seconds=30)
     assert retaken is not None and retaken.pk in {first.pk, second.pk}
     assert retaken.attempts == 2
     # The crashed worker's late finish is ignored: it no longer holds the lease.
     stale_finish = first if retaken.pk == first.pk else second
-    store.finish(stale_finish, status="done")
-    row = store.get(retaken.event_id)
+    store.dispatcher.finish(stale_finish, status="done")
+    row = store.operations.get(retaken.event_id)
     assert row is not None and row.status == "processing" and row.lease_owner == "worker-c"
 
 
@@ -293,10 +293,10 @@ def test_event_whose_worker_dies_every_time_is_dead_lettered(engine: sa.Engine) 
     store = Store(engine, clock=clock, retry=RetryPolicy(max_attempts=2))
     event = _insert(store, "payout_success", at=T0)
     for _ in range(2):
-        assert store.claim("doomed", lease_seconds=5) is not None
+        assert store.queue.claim("doomed", lease_seconds=5) is not None
         clock.now += timedelta(seconds=6)
-    assert store.claim("survivor", lease_seconds=5) is None
-    row = store.get(event.event_id)
+    assert store.queue.claim("survivor", lease_seconds=5) is None
+    row = store.operations.get(event.event_id)
     assert row is not None and row.status == "dead"
     assert "worker lost" in (row.last_error or "")
 
@@ -342,10 +342,10 @@ def test_work_of_a_worker_that_lost_its_lease_is_rolled_back(engine: sa.Engine) 
     with engine.begin() as conn:
         conn.execute(sa.text("CREATE TABLE lost_effect (who VARCHAR(16))"))
     _insert(store, "payment_succeeded", at=T0, object_id="pay_lost")
-    slow = store.claim("slow", lease_seconds=10)
+    slow = store.queue.claim("slow", lease_seconds=10)
     assert slow is not None
     clock.now += timedelta(seconds=11)  # the slow worker stalled past its lease
-    fast = store.claim("fast", lease_seconds=10)
+    fast = store.queue.claim("fast", lease_seconds=10)
     assert fast is not None and fast.pk == slow.pk
 
     def effect(who: str) -> Any:
@@ -354,13 +354,13 @@ def test_work_of_a_worker_that_lost_its_lease_is_rolled_back(engine: sa.Engine) 
 
         return write
 
-    late = store.dispatch(slow, [("h", effect("slow"), True)])
+    late = store.dispatcher.dispatch(slow, [("h", effect("slow"), True)])
     assert late.status == "lease_lost"
-    assert store.dispatch(fast, [("h", effect("fast"), True)]).status == "done"
+    assert store.dispatcher.dispatch(fast, [("h", effect("fast"), True)]).status == "done"
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT who FROM lost_effect")).scalars().all()
     assert rows == ["fast"]
-    runs = store.handler_runs(fast.pk)
+    runs = store.operations.handler_runs(fast.pk)
     assert runs["h"].attempts == 1 and runs["h"].status == "succeeded"
 
 
@@ -378,17 +378,19 @@ def test_prune_keeps_open_and_dead_events_and_the_guard(engine: sa.Engine) -> No
     Worker(store, registry, name="w").drain()
     clock.now += timedelta(days=100)
     _insert(store, "refund_succeeded", at=T0, event_id="evt_new")  # open, recent
-    assert store.prune(timedelta(days=90), dry_run=True) == {"events": 1, "conflicts": 0}
-    assert store.get("evt_old") is not None
-    assert store.prune(timedelta(days=90)) == {"events": 1, "conflicts": 0}
-    assert store.get("evt_old") is None
-    assert store.get("evt_dead") is not None and store.get("evt_new") is not None
+    assert store.operations.prune(timedelta(days=90), dry_run=True) == {"events": 1, "conflicts": 0}
+    assert store.operations.get("evt_old") is not None
+    assert store.operations.prune(timedelta(days=90)) == {"events": 1, "conflicts": 0}
+    assert store.operations.get("evt_old") is None
+    assert (
+        store.operations.get("evt_dead") is not None and store.operations.get("evt_new") is not None
+    )
     # The transition survives pruning: a late redelivery is still not dispatched twice.
     _insert(store, "payment_succeeded", at=T0, object_id="pay_old", event_id="evt_old_again")
     Worker(store, registry, name="w").drain()
-    again = store.get("evt_old_again")
+    again = store.operations.get("evt_old_again")
     assert again is not None and again.status in ("duplicate", "stale")
-    assert store.prune(timedelta(days=90), include_dead=True)["events"] == 1
+    assert store.operations.prune(timedelta(days=90), include_dead=True)["events"] == 1
 
 
 def test_a_database_failure_inside_a_handler_aborts_the_batch_not_the_worker(
@@ -409,9 +411,9 @@ def test_a_database_failure_inside_a_handler_aborts_the_batch_not_the_worker(
     worker = Worker(store, registry, name="w")
     worker.config = type(worker.config)(lease_seconds=30, poll_interval=0.01)
     assert worker.run(burst=True) == 0  # survived; the event stays leased until it expires
-    row = store.get(event.event_id)
+    row = store.operations.get(event.event_id)
     assert row is not None and row.status == "processing"
-    assert store.handler_runs(row.id or 0) == {}
+    assert store.operations.handler_runs(row.id or 0) == {}
 
 
 def test_times_are_right_whatever_the_database_sessions_time_zone(
@@ -441,24 +443,24 @@ def test_times_are_right_whatever_the_database_sessions_time_zone(
         bad = _insert(store, "payment_succeeded", at=T0, object_id="pay_fails")
         worker = Worker(store, registry, name="w")
         assert worker.drain() == 2
-        done, failed = store.get(ok.event_id), store.get(bad.event_id)
+        done, failed = store.operations.get(ok.event_id), store.operations.get(bad.event_id)
         assert done is not None and failed is not None
         assert (done.status, failed.status) == ("done", "pending")
         assert done.processed_at is not None and done.processed_at == clock.now
         assert done.received_at == clock.now
         assert timedelta(seconds=50) <= failed.next_attempt_at - clock.now <= timedelta(seconds=100)
-        projection = store.projection("payment", "pay_tz")
+        projection = store.operations.projection("payment", "pay_tz")
         assert projection is not None and projection.event_time == T0
-        runs = store.handler_runs(done.id or 0)
+        runs = store.operations.handler_runs(done.id or 0)
         assert runs["h"].updated_at == clock.now
         # The lease written by the claim expires at the right instant too.
         _insert(store, "payment_succeeded", at=T0, object_id="pay_lease")
-        claimed = store.claim("w2", lease_seconds=30)
+        claimed = store.queue.claim("w2", lease_seconds=30)
         assert claimed is not None
         clock.now += timedelta(seconds=29)
-        assert store.claim("w3", lease_seconds=30) is None
+        assert store.queue.claim("w3", lease_seconds=30) is None
         clock.now += timedelta(seconds=2)
-        assert store.claim("w3", lease_seconds=30) is not None
+        assert store.queue.claim("w3", lease_seconds=30) is not None
     finally:
         engine.dispose()
 

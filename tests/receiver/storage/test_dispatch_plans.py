@@ -119,7 +119,7 @@ def _insert_due(store: Store, n: int, *, prefix: str) -> None:
                 timestamp=at,
             )
         )
-        store.insert(parse_event(body), body)
+        store.inbox.insert(parse_event(body), body)
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ class _Clock:
 def _insert(store: Store, event_type: str, *, at: datetime, object_id: str) -> Event:
     body = encode(build_event(event_type, timestamp=at, object_id=object_id))
     event = parse_event(body)
-    store.insert(event, body)
+    store.inbox.insert(event, body)
     return event
 
 
@@ -79,30 +79,36 @@ def test_a_worker_whose_object_a_late_earlier_event_took_over_commits_nothing(
     b = Store(engine, clock=clock, retry=RetryPolicy(max_attempts=5))
     _effects_table(engine)
     later = _insert(a, "payment_succeeded", at=T0 + timedelta(seconds=10), object_id="pay_x")
-    slow = a.claim("worker-a", LEASE)
+    slow = a.queue.claim("worker-a", LEASE)
     assert slow is not None and slow.event_id == later.event_id
     clock.now += timedelta(seconds=LEASE + 1)  # A stalls past its lease
     earlier = _insert(b, "payment_processing", at=T0, object_id="pay_x")
-    fast = b.claim("worker-b", LEASE)
+    fast = b.queue.claim("worker-b", LEASE)
     assert fast is not None and fast.event_id == earlier.event_id  # the object's new head
 
-    late = a.dispatch(slow, [("h", _effect("worker-a", slow.event_id), True)])
+    late = a.dispatcher.dispatch(slow, [("h", _effect("worker-a", slow.event_id), True)])
     assert late.status == "lease_lost"
-    assert b.dispatch(fast, [("h", _effect("worker-b", fast.event_id), True)]).status == "done"
+    assert (
+        b.dispatcher.dispatch(fast, [("h", _effect("worker-b", fast.event_id), True)]).status
+        == "done"
+    )
     # A's event is still open; once B is done with the object it is claimed again, once.
-    again = b.claim("worker-b", LEASE)
+    again = b.queue.claim("worker-b", LEASE)
     assert again is not None and again.event_id == later.event_id
-    assert b.dispatch(again, [("h", _effect("worker-b", again.event_id), True)]).status == "done"
+    assert (
+        b.dispatcher.dispatch(again, [("h", _effect("worker-b", again.event_id), True)]).status
+        == "done"
+    )
 
     assert _effects(engine) == sorted(
         [("worker-b", earlier.event_id), ("worker-b", later.event_id)]
     )
     for event in (earlier, later):
-        row = b.get(event.event_id)
+        row = b.operations.get(event.event_id)
         assert row is not None and row.status == "done"
-        runs = b.handler_runs(row.id or 0)
+        runs = b.operations.handler_runs(row.id or 0)
         assert (runs["h"].status, runs["h"].attempts) == ("succeeded", 1)
-    assert b.claim("worker-c", LEASE) is None
+    assert b.queue.claim("worker-c", LEASE) is None
 
 
 def test_a_lease_that_expired_is_lost_even_before_another_worker_takes_it(
@@ -112,18 +118,18 @@ def test_a_lease_that_expired_is_lost_even_before_another_worker_takes_it(
     store = Store(engine, clock=clock, retry=RetryPolicy(max_attempts=5))
     _effects_table(engine)
     event = _insert(store, "payment_succeeded", at=T0, object_id="pay_expired")
-    claimed = store.claim("worker-a", LEASE)
+    claimed = store.queue.claim("worker-a", LEASE)
     assert claimed is not None
     clock.now += timedelta(seconds=LEASE + 1)
-    outcome = store.dispatch(claimed, [("h", _effect("worker-a", event.event_id), True)])
+    outcome = store.dispatcher.dispatch(claimed, [("h", _effect("worker-a", event.event_id), True)])
     assert outcome.status == "lease_lost"
-    assert store.finish(claimed, status="dead", error="gave up") is None
+    assert store.dispatcher.finish(claimed, status="dead", error="gave up") is None
     assert _effects(engine) == []
-    retaken = store.claim("worker-b", LEASE)
+    retaken = store.queue.claim("worker-b", LEASE)
     assert retaken is not None and retaken.pk == claimed.pk
-    assert store.dispatch(retaken, [("h", _effect("worker-b", event.event_id), True)]).status == (
-        "done"
-    )
+    assert store.dispatcher.dispatch(
+        retaken, [("h", _effect("worker-b", event.event_id), True)]
+    ).status == ("done")
     assert _effects(engine) == [("worker-b", event.event_id)]
 
 
@@ -197,9 +203,9 @@ def test_two_workers_never_both_commit_one_object_when_one_stalls_past_its_lease
         thread_a.join(30)
         assert not thread_a.is_alive() and counts["a"] == 1
         assert _effects(engine) == []  # A's handler effect rolled back with its batch
-        stuck = worker_b.store.get(later.event_id)
+        stuck = worker_b.store.operations.get(later.event_id)
         assert stuck is not None and stuck.status == "processing"
-        assert worker_b.store.handler_runs(stuck.id or 0) == {}  # A's ledger row too
+        assert worker_b.store.operations.handler_runs(stuck.id or 0) == {}  # A's ledger row too
 
         release["b"].set()
         thread_b.join(30)
@@ -216,11 +222,11 @@ def test_two_workers_never_both_commit_one_object_when_one_stalls_past_its_lease
             [("worker-b", earlier.event_id), ("worker-b-drain", later.event_id)]
         )
         for event in (earlier, later):
-            row = worker_b.store.get(event.event_id)
+            row = worker_b.store.operations.get(event.event_id)
             assert row is not None and row.status == "done", row
-            runs = worker_b.store.handler_runs(row.id or 0)
+            runs = worker_b.store.operations.handler_runs(row.id or 0)
             assert (runs["effect"].status, runs["effect"].attempts) == ("succeeded", 1)
-        projection = worker_b.store.projection("payment", "pay_x")
+        projection = worker_b.store.operations.projection("payment", "pay_x")
         assert projection is not None and projection.status == "succeeded"
     finally:
         for event in release.values():

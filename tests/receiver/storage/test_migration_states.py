@@ -158,18 +158,18 @@ def test_a_pruned_id_is_never_handed_out_again(make_app: AppFactory, database_ur
     client.post(body)
     client.drain()
     store = WebhookReceiver.state(app).store
-    first = store.get("evt_once")
+    first = store.operations.get("evt_once")
     assert first is not None and first.id is not None
     with store.engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM hookledger_handler_run"))
         conn.execute(sa.text("DELETE FROM hookledger_event"))
     # The processor retries the same event (same bytes) after the prune.
     client.post(body)
-    again = store.get("evt_once")
+    again = store.operations.get("evt_once")
     assert again is not None and again.id is not None and again.id > first.id
     client.drain()
     assert calls == Counter(evt_once=1)
-    assert store.get("evt_once").status == "duplicate"  # type: ignore[union-attr]
+    assert store.operations.get("evt_once").status == "duplicate"  # type: ignore[union-attr]
 
 
 def test_upgrade_keeps_sqlite_ids_above_any_reference(database_url: str) -> None:
@@ -200,7 +200,7 @@ def test_upgrade_keeps_sqlite_ids_above_any_reference(database_url: str) -> None
         body = encode(build_event("payment_succeeded", object_id="p2"))
         from receiver.store import Store
 
-        inserted = Store(engine).insert(parse_event(body), body)
+        inserted = Store(engine).inbox.insert(parse_event(body), body)
         assert inserted.pk > 41
     finally:
         engine.dispose()

@@ -66,7 +66,7 @@ def test_only_allowed_headers_are_stored(make_app: AppFactory) -> None:
     body = encode(build_event("payment_succeeded", event_id="evt_headers"))
     with _sql_parameters(store.engine) as sent:
         assert _post(app, body).status_code == 200
-    row = store.get("evt_headers")
+    row = store.operations.get("evt_headers")
     assert row is not None
     stored = json.loads(row.headers)
     assert set(stored) == {
@@ -125,7 +125,7 @@ def test_the_allowlist_can_be_extended_never_to_credentials(make_app: AppFactory
     app, _ = make_app(WebhookReceiver(stored_headers="X-Tenant, x-forwarded-for"))
     body = encode(build_event("payment_succeeded", event_id="evt_extended"))
     assert _post(app, body, **{"X-Tenant": "shop-7"}).status_code == 200
-    row = WebhookReceiver.state(app).store.get("evt_extended")
+    row = WebhookReceiver.state(app).store.operations.get("evt_extended")
     assert row is not None
     stored = json.loads(row.headers)
     assert stored["X-Tenant"] == "shop-7" and stored["X-Forwarded-For"] == "203.0.113.7"
@@ -147,8 +147,8 @@ def test_every_source_goes_through_the_allowlist(make_app: AppFactory) -> None:
     store = WebhookReceiver.state(app).store
     body = encode(build_event("refund_succeeded", event_id="evt_recovered"))
     headers = [("X-Shared-Secret", SHARED_SECRET), ("Content-Type", "application/json")]
-    store.insert(parse_event(body), body, headers=headers, source="recovered")
-    row = store.get("evt_recovered")
+    store.inbox.insert(parse_event(body), body, headers=headers, source="recovered")
+    row = store.operations.get("evt_recovered")
     assert row is not None and json.loads(row.headers) == {"Content-Type": "application/json"}
 
 

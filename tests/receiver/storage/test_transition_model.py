@@ -45,7 +45,7 @@ def _at(minutes: float) -> datetime:
 
 
 def _projection(app: object, kind: str, object_id: str) -> tuple[str, str | None]:
-    row = WebhookReceiver.state(app).store.projection(kind, object_id)  # type: ignore[arg-type]
+    row = WebhookReceiver.state(app).store.operations.projection(kind, object_id)  # type: ignore[arg-type]
     assert row is not None
     return row.status, row.stage
 
@@ -136,15 +136,15 @@ def test_a_requeued_dead_event_overtaken_meanwhile_is_stale(make_app: AppFactory
     client.send("payment_authorized", object_id="pay_dead", event_id="evt_auth", timestamp=_at(0))
     client.drain()
     store = WebhookReceiver.state(app).store
-    assert store.get("evt_auth").status == "dead"  # type: ignore[union-attr]
+    assert store.operations.get("evt_auth").status == "dead"  # type: ignore[union-attr]
     client.send("payment_succeeded", object_id="pay_dead", timestamp=_at(30))
     client.drain()
     broken["yes"] = False
     from receiver.storage.operator_actions import EventFilter
 
-    assert len(store.requeue(EventFilter(event_ids=["evt_auth"]))) == 1
+    assert len(store.operations.requeue(EventFilter(event_ids=["evt_auth"]))) == 1
     client.drain()
-    row = store.get("evt_auth")
+    row = store.operations.get("evt_auth")
     assert row is not None and row.status == "stale"
     assert row.last_error and "overtaken" in row.last_error
     assert calls == Counter(ship=1)  # the order never went back to "authorised"
@@ -170,9 +170,9 @@ def test_a_requeued_dead_event_still_at_the_head_is_dispatched(make_app: AppFact
     from receiver.storage.operator_actions import EventFilter
 
     store = WebhookReceiver.state(app).store
-    store.requeue(EventFilter(event_ids=["evt_ref"]))
+    store.operations.requeue(EventFilter(event_ids=["evt_ref"]))
     client.drain()
-    assert store.get("evt_ref").status == "done"  # type: ignore[union-attr]
+    assert store.operations.get("evt_ref").status == "done"  # type: ignore[union-attr]
     assert calls == Counter(notify=1)
 
 
@@ -209,11 +209,11 @@ def test_deferral_waits_without_using_attempts_and_keeps_order(make_app: AppFact
     store = WebhookReceiver.state(app).store
     for _ in range(5):  # more rounds than max_attempts: deferral uses none of them
         client.drain()
-        first = store.get("evt_first")
+        first = store.operations.get("evt_first")
         assert first is not None and first.status == "pending" and first.attempts == 0
         assert first.last_error == "deferred: order o-late not written yet"
         # The later event of the same object waits behind the deferred one.
-        assert store.get("evt_second").status == "pending"  # type: ignore[union-attr]
+        assert store.operations.get("evt_second").status == "pending"  # type: ignore[union-attr]
         _make_due(store, "evt_first")
     listed = app.test_cli_runner().invoke(args=["hookledger", "events", "--deferred"])
     assert listed.exit_code == 0, listed.output
@@ -237,7 +237,7 @@ def test_deferral_past_its_limit_is_dead_lettered_with_the_reason(make_app: AppF
     client = WebhookTestClient(app)
     client.send("payment_succeeded", event_id="evt_never")
     client.drain()
-    row = WebhookReceiver.state(app).store.get("evt_never")
+    row = WebhookReceiver.state(app).store.operations.get("evt_never")
     assert row is not None and row.status == "dead"
     assert row.last_error == "deferred past the limit of 30 s: order not written yet"
 

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.storage
 def test_waiting_objects_probe_the_object_index(store: Store) -> None:
     for n in range(300):
         body = encode(build_event("payment_succeeded", object_id=f"pay_{n}"))
-        store.insert(parse_event(body), body)
-    assert store.waiting(["payment:pay_7", "payment:pay_none"]) == {"payment:pay_7"}
+        store.inbox.insert(parse_event(body), body)
+    assert store.inbox.waiting(["payment:pay_7", "payment:pay_none"]) == {"payment:pay_7"}
     keys = [f"payment:pay_{n}" for n in range(25)]
     with store.engine.connect() as conn:
         if store.engine.dialect.name == "postgresql":

@@ -107,7 +107,7 @@ def test_pages_and_actions(make_app: AppFactory) -> None:
     for data in ({}, {"csrf_token": "forged"}):
         refused = http.post(f"/hookledger/events/{pk}/requeue", headers=AUTH, data=data)
         assert refused.status_code == 400
-    assert WebhookReceiver.state(app).store.get("evt_dead").status == "dead"  # type: ignore[union-attr]
+    assert WebhookReceiver.state(app).store.operations.get("evt_dead").status == "dead"  # type: ignore[union-attr]
     # A token from another site's page (Origin) does nothing either.
     token = _token(page)
     cross = http.post(f"/hookledger/events/{pk}/requeue", headers={**AUTH, "Origin": "https://evil.example"},
@@ -120,11 +120,11 @@ def test_pages_and_actions(make_app: AppFactory) -> None:
     form = {"csrf_token": token, "scope": "matching", "type": "", "since": "", "until": ""}
     count = http.post("/hookledger/dead/requeue", headers=AUTH, data=form)
     assert "<strong>1</strong> dead event(s) would be requeued" in count.get_data(as_text=True)
-    assert WebhookReceiver.state(app).store.get("evt_dead").status == "dead"  # type: ignore[union-attr]
+    assert WebhookReceiver.state(app).store.operations.get("evt_dead").status == "dead"  # type: ignore[union-attr]
     form = {"csrf_token": token, "scope": "selected", "pk": str(pk), "confirm": "yes"}
     done = http.post("/hookledger/dead/requeue", headers=AUTH, data=form)
     assert done.status_code == 302
-    assert WebhookReceiver.state(app).store.get("evt_dead").status == "pending"  # type: ignore[union-attr]
+    assert WebhookReceiver.state(app).store.operations.get("evt_dead").status == "pending"  # type: ignore[union-attr]
 
     assert http.get("/hookledger/reconcile", headers=AUTH).status_code == 200
     assert http.get("/hookledger/conflicts", headers=AUTH).status_code == 200

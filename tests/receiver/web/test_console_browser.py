@@ -139,7 +139,7 @@ def _content(page: Any) -> str:
 
 
 def _status(app: Flask, event_id: str) -> str:
-    row = WebhookReceiver.state(app).store.get(event_id)
+    row = WebhookReceiver.state(app).store.operations.get(event_id)
     assert row is not None
     return row.status
 

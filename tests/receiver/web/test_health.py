@@ -202,7 +202,9 @@ def test_sqlite_readiness_neither_waits_for_nor_holds_the_write_lock(
             other.close()
         body = encode(build_event("payment_succeeded", event_id="evt_during_health"))
         insert = threading.Thread(
-            target=lambda: seen.setdefault("insert", store.insert(parse_event(body), body).result)
+            target=lambda: seen.setdefault(
+                "insert", store.inbox.insert(parse_event(body), body).result
+            )
         )
         insert.start()
         insert.join(5)
@@ -229,4 +231,4 @@ def test_the_counts_are_the_stats_commands(make_app: AppFactory) -> None:
     payload = json.loads(result.output)
     assert payload["events"] == {"done": 27, "pending": 3}
     assert payload["oldest_open_age_seconds"] is not None
-    assert store.stats()[0] == store.health()[0]  # the former name still answers
+    assert store.operations.health()[0] == store.operations.stats()[0]  # the former name

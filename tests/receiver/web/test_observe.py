@@ -100,10 +100,10 @@ def test_observe_inside_the_shops_transaction(make_app: AppFactory) -> None:
             seen = hooks.observe(_api_response("pay_tx_rolled_back"), session=session)
             assert seen.stored == "inserted"
             session.rollback()
-        assert WebhookReceiver.state(app).store.get(str(seen.event_id)) is None
+        assert WebhookReceiver.state(app).store.operations.get(str(seen.event_id)) is None
         with Session(engine) as session, session.begin():
             kept = hooks.observe(_api_response("pay_tx_kept"), session=session)
-        assert WebhookReceiver.state(app).store.get(str(kept.event_id)) is not None
+        assert WebhookReceiver.state(app).store.operations.get(str(kept.event_id)) is not None
         with pytest.raises(ValueError, match="after your commit"):
             with Session(engine) as session:
                 hooks.observe(_api_response("pay_x"), session=session, dispatch=True)

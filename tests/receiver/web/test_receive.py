@@ -39,7 +39,7 @@ def test_signed_event_is_stored_byte_for_byte(make_app: AppFactory) -> None:
     response = _post(app, body, headers)
     assert response.status_code == 200
     assert response.get_json()["status"] == "inserted"
-    row = WebhookReceiver.state(app).store.get(json.loads(body)["event_id"])
+    row = WebhookReceiver.state(app).store.operations.get(json.loads(body)["event_id"])
     assert row is not None
     assert row.body == body
     assert row.secret_id == "primary"
@@ -56,7 +56,7 @@ def test_previous_secret_is_accepted_and_recorded(make_app: AppFactory) -> None:
     app, _ = make_app()
     body = encode(build_event("refund_succeeded"))
     assert _post(app, body, signed_headers(body, SECRETS["previous"])).status_code == 200
-    row = WebhookReceiver.state(app).store.get(json.loads(body)["event_id"])
+    row = WebhookReceiver.state(app).store.operations.get(json.loads(body)["event_id"])
     assert row is not None and row.secret_id == "previous"
 
 
@@ -154,7 +154,7 @@ def test_unknown_type_content_and_fields_are_stored_and_acknowledged(
     extra["content"]["object"]["brand_new_field"] = {"nested": [1, 2]}
     assert client.post(extra, headers={"Content-Type": "text/plain"}).status_code == 200
     assert _count(app) == 2
-    row = WebhookReceiver.state(app).store.get("evt_unknown_1")
+    row = WebhookReceiver.state(app).store.operations.get("evt_unknown_1")
     assert row is not None and row.object_key == "event:evt_unknown_1"
 
 
@@ -182,7 +182,7 @@ def test_same_event_id_with_a_different_body_is_flagged_not_dropped(
     assert client.post(changed).get_json()["status"] == "conflict"
     assert _count(app) == 1
     assert _count(app, EventConflict) == 1
-    row = WebhookReceiver.state(app).store.get("evt_conflict_1")
+    row = WebhookReceiver.state(app).store.operations.get("evt_conflict_1")
     assert row is not None and json.loads(row.body)["content"]["object"]["amount"] == 1000
 
 
@@ -265,7 +265,7 @@ def test_sqlite_insert_takes_the_write_lock_at_its_insert_not_at_begin(
     assert begins == ["BEGIN"]
     assert seen[first_insert - 1] == "BEGIN"
     seen.clear()
-    WebhookReceiver.state(app).store.claim_batch("w1", 30, limit=1)
+    WebhookReceiver.state(app).store.queue.claim_batch("w1", 30, limit=1)
     assert [s for s in seen if s.startswith("BEGIN")][0] == "BEGIN IMMEDIATE"
 
 
@@ -359,7 +359,7 @@ def test_group_commit_answers_each_delivery_and_isolates_a_bad_one(
 
     def store_one(body: bytes) -> str:
         try:
-            return store.insert(parse_event(body), body).result
+            return store.inbox.insert(parse_event(body), body).result
         except sa.exc.IntegrityError:
             return "error"
 
@@ -432,7 +432,7 @@ def test_postgres_connection_lost_while_idle_is_written_again_on_a_new_one(
     response = client.post(build_event("payment_succeeded", event_id="evt_after_kill"))
     assert response.status_code == 200
     assert response.get_json()["status"] == "inserted"
-    assert store.get("evt_after_kill") is not None
+    assert store.operations.get("evt_after_kill") is not None
 
 
 def test_postgres_idle_connections_are_pinged_before_use(database_url: str) -> None:

@@ -154,7 +154,7 @@ def test_killed_workers_event_is_finished_by_another(
     from receiver.core.events import parse_event
     from receiver.store import Store
 
-    Store(migrated).insert(parse_event(body), body)
+    Store(migrated).inbox.insert(parse_event(body), body)
     victim = _worker(database_url, "--lease-seconds", "2", "--poll-interval", "0.05")
     started = Path(str(hold) + ".started")
     deadline = time.monotonic() + 30
@@ -191,7 +191,7 @@ def test_sigterm_finishes_the_current_event_then_exits(
     from receiver.core.events import parse_event
     from receiver.store import Store
 
-    Store(migrated).insert(parse_event(body), body)
+    Store(migrated).inbox.insert(parse_event(body), body)
     worker = _worker(database_url, "--poll-interval", "0.05")
     started = Path(str(hold) + ".started")
     deadline = time.monotonic() + 30

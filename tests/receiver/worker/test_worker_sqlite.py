@@ -31,7 +31,7 @@ def _insert(store: Store, n: int, *, at: datetime | None = None) -> None:
                 "payment_succeeded", object_id=f"pay_{i}", timestamp=at or datetime.now(UTC)
             )
         )
-        store.insert(parse_event(body), body)
+        store.inbox.insert(parse_event(body), body)
 
 
 def _worker(store: Store, seen: list[str]) -> Worker:
@@ -52,7 +52,7 @@ def test_a_batch_is_committed_in_turns_under_the_writers_lock(store: Store) -> N
     _insert(store, 40)
     assert worker.drain() == 40
     assert len(seen) == 40
-    assert store.counts().get("done") == 40
+    assert store.operations.counts().get("done") == 40
 
 
 def test_a_turn_waits_for_a_writer_holding_the_lock(store: Store) -> None:
@@ -89,12 +89,12 @@ def test_a_turn_waits_for_a_writer_holding_the_lock(store: Store) -> None:
 def test_an_idle_worker_does_not_claim(store: Store) -> None:
     seen: list[str] = []
     worker = _worker(store, seen)
-    assert store.any_due() is False
+    assert store.queue.any_due() is False
     assert worker.run_once() == 0
     _insert(store, 1, at=datetime.now(UTC) - timedelta(minutes=1))
-    assert store.any_due() is True
+    assert store.queue.any_due() is True
     assert worker.run_once() == 1 and len(seen) == 1
-    assert store.any_due() is False
+    assert store.queue.any_due() is False
 
 
 def test_lock_file_is_beside_the_database(store: Store, tmp_path: Path) -> None:

@@ -218,7 +218,7 @@ def test_undelivered_webhooks_come_back_through_the_events_api_with_their_own_id
         assert report.events.recovered == Counter(payment_succeeded=1)
         # Recovered by the events path under the original id: the lists found it queued.
         assert sum(report.kinds["payments"].recovered.values()) == 0
-        row = w.store.get(lost["event_id"])
+        row = w.store.operations.get(lost["event_id"])
         assert row is not None and row.source == Source.RECOVERED and row.status == "done"
         assert w.handled[("payment", "pay_lost", "succeeded")] == 1
         # A manual re-send by the processor is an exact duplicate now.
@@ -240,7 +240,7 @@ def test_an_undelivered_webhook_whose_signature_does_not_verify_is_not_stored(
         assert report.events is not None and report.events.bad_signature == 1
         assert report.status == "unresolved"
         assert all(
-            w.store.get(e["event_id"]) is None
+            w.store.operations.get(e["event_id"]) is None
             for e in w.sandbox.events()
             if e["event_type"] == "payment_succeeded"
         )

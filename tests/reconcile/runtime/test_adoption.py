@@ -67,7 +67,7 @@ def test_adoption_records_history_and_no_path_dispatches_it(make_app: AppFactory
 
         WebhookTestClient(w.app).post(old["body"].encode())
         w.drain()
-        row = w.store.get(old["event_id"])
+        row = w.store.operations.get(old["event_id"])
         assert row is not None and row.status in ("stale", "duplicate")
         assert w.handled == Counter()
 

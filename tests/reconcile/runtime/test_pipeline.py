@@ -85,13 +85,13 @@ def test_recovered_events_are_inserted_one_batch_per_chunk(
     app, _ = _app(make_app)
     reconciler = _reconciler(app, server)
     batches: list[int] = []
-    insert = reconciler.inbox.insert_synthesised
+    insert = reconciler.inbox.inbox.insert_synthesised
 
     def spy(events: Any, **kw: Any) -> dict[str, str]:
         batches.append(len(events))
         return insert(events, **kw)
 
-    monkeypatch.setattr(reconciler.inbox, "insert_synthesised", spy)
+    monkeypatch.setattr(reconciler.inbox.inbox, "insert_synthesised", spy)
     report = reconciler.run(WINDOW)
     kind = report.kinds["payments"]
     assert (kind.checked, kind.recovered, report.unresolved) == (N, RECOVERED, 0)
@@ -128,7 +128,7 @@ def test_a_database_failure_mid_run_loses_nothing(
         monkeypatch.setattr(reconciler.store, "observe", observe)
     else:
         # The first chunk's events (100) are inserted, the second chunk's insert fails.
-        real_insert = reconciler.inbox.insert_synthesised
+        real_insert = reconciler.inbox.inbox.insert_synthesised
 
         def insert(events: Any, **kw: Any) -> dict[str, str]:
             calls["insert"] += 1
@@ -136,7 +136,7 @@ def test_a_database_failure_mid_run_loses_nothing(
                 raise sa.exc.OperationalError("INSERT", {}, Exception("cut"))
             return real_insert(events, **kw)
 
-        monkeypatch.setattr(reconciler.inbox, "insert_synthesised", insert)
+        monkeypatch.setattr(reconciler.inbox.inbox, "insert_synthesised", insert)
     with pytest.raises(sa.exc.OperationalError):
         reconciler.run(WINDOW)
     assert _threads_left() == []  # the read-ahead thread was stopped

@@ -80,7 +80,7 @@ def _app(make_app: AppFactory) -> tuple[Flask, Recorder]:
     app, _ = make_app(hooks)
     store = WebhookReceiver.state(app).store
     db.upgrade(store.engine, tree=RECONCILE_MIGRATIONS)
-    store.set_cutover("new_account", None)  # a fresh sandbox: nothing before hookledger
+    store.operations.set_cutover("new_account", None)  # a fresh sandbox: nothing before hookledger
     return app, recorder
 
 
@@ -141,7 +141,7 @@ def test_webhook_after_reconcile_does_not_run_handlers_again(make_app: AppFactor
         assert client.post(encode(late)).status_code == 200
         client.drain()
         assert recorder.calls == Counter({("payment_succeeded", "pay_late"): 1})
-        row = WebhookReceiver.state(app).store.get(late["event_id"])
+        row = WebhookReceiver.state(app).store.operations.get(late["event_id"])
         assert row is not None and row.status == "duplicate"
         reconciler.client.close()
 
@@ -182,7 +182,7 @@ def test_dry_run_inserts_nothing(make_app: AppFactory) -> None:
         report = reconciler.run(ReconcileOptions(dry_run=True))
         assert report.status == "dry_run"
         assert report.kinds["payments"].recovered == Counter(payment_succeeded=1)
-        assert WebhookReceiver.state(app).store.counts() == {}
+        assert WebhookReceiver.state(app).store.operations.counts() == {}
         assert ReconcileStore(WebhookReceiver.state(app).store.engine).watermark("payment") is None
         reconciler.client.close()
 
