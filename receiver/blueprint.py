@@ -22,6 +22,7 @@ from receiver.errors import (
     StorageUnavailable,
 )
 from receiver.events import parse_event
+from receiver.rejections import declared_size
 from receiver.signature import SIGNATURE_HEADER, verify
 from receiver.state import receiver_state
 
@@ -41,6 +42,16 @@ def _read_body(limit: int) -> bytes:
     if len(body) > limit:
         raise PayloadTooLarge()
     return body
+
+
+def _declared_length() -> int | None:
+    """The body size the request declared, for a request refused unread: the raw
+    ``Content-Length`` parsed and clamped (:func:`receiver.rejections.declared_size`: a
+    non-negative integer no larger than a 64-bit column holds, else unknown), never the
+    header's text or an unbounded integer; unknown for a chunked body."""
+    if request.content_length is None:  # no header, or Transfer-Encoding: chunked
+        return None
+    return declared_size(request.headers.get("Content-Length"))
 
 
 def _db_reason(exc: BaseException) -> str:
@@ -70,7 +81,7 @@ def receive() -> tuple[Response, int]:
                 reason=exc.reason,
                 http_status=exc.http_status,
                 remote_addr=remote,
-                size=len(body) if body is not None else request.content_length,
+                size=len(body) if body is not None else _declared_length(),
                 header_names=request.headers.keys(),
                 secrets=state.settings.secrets,
                 body=body,
