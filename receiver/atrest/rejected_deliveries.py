@@ -17,6 +17,11 @@ A flood of forged requests must neither fill the disk nor slow the receipt of re
   row (``suppressed``), so ``rows + sum(suppressed)`` is every rejection;
 - a request only appends to an in-memory queue (bounded by the bucket); a daemon thread
   writes the queue in one short transaction a second, and trims the table to ``max_rows``;
+  if that transaction fails, it writes the rows one by one, so a row the database refuses
+  loses only itself (and is counted);
+- every column value is bounded before it is queued: the size a request declares
+  (``Content-Length``, refused unread) is a non-negative integer no larger than
+  :data:`MAX_SIZE`, else unknown (:func:`declared_size`), so no request can make a batch fail;
 - the table is also pruned by age (``HOOKLEDGER_RETENTION_DAYS``, ``rejected=14``).
 
 Rows still queued when a process dies are lost: this is a diagnostic record, not a ledger.
@@ -33,16 +38,17 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import Table, delete, func, insert, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from receiver.config.data_at_rest import RejectionPolicy
 from receiver.core.clock import as_utc
 from receiver.core.errors import ConfigurationError, DataUnavailable
 from receiver.core.signature import Secret
-from receiver.storage.context import Storage
+from receiver.storage.context import Storage, is_unavailable
 from receiver.storage.sealed_columns import REJECTED_BODY
 from receiver.storage.tables import Rejection
 
@@ -56,6 +62,30 @@ _MAX_HEADER_NAMES = 40
 #: Intervals without a rejection after which the writer thread ends (the next one starts it).
 _IDLE_ROUNDS = 30
 _MAX_NAME = 64
+#: The largest size a row holds (the column is a signed 64-bit integer). A larger declared
+#: ``Content-Length`` is recorded as this.
+MAX_SIZE: Final = 2**63 - 1
+_MAX_SIZE_DIGITS: Final = len(str(MAX_SIZE))
+
+
+def declared_size(value: object) -> int | None:
+    """A body size as the log stores it: a non-negative whole number of bytes, clamped to
+    :data:`MAX_SIZE`; ``None`` (unknown) for anything else: missing, negative, or not plain
+    ASCII digits (``Content-Length: abc``, ``-1``, ``+5``, ``1e9``). Pure, never raises, and
+    bounded work whatever the length of the text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if value < 0 else min(value, MAX_SIZE)
+    if not isinstance(value, str):
+        return None
+    text = value.strip(" \t")
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > _MAX_SIZE_DIGITS:
+        return MAX_SIZE
+    return min(int(digits), MAX_SIZE)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +116,19 @@ class RejectedDelivery:
             "suppressed": self.suppressed,
             "body": None if self.body is None else self.body.decode("utf-8", "replace"),
         }
+
+
+def _carried(row: dict[str, Any]) -> int:
+    """The rejections a queued row stands for: itself (unless it is only a count) and the
+    ones counted in it."""
+    return (0 if row["reason"] == RATE_LIMITED else 1) + int(row["suppressed"])
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """The database, not the row, failed: writing the other rows one by one would not help."""
+    if isinstance(exc, DBAPIError):
+        return is_unavailable(exc)
+    return isinstance(exc, PoolTimeout)
 
 
 class _Bucket:
@@ -173,7 +216,7 @@ class RejectionLog:
                 "reason": reason[:32],
                 "http_status": int(http_status),
                 "remote_addr": (remote_addr or None) and str(remote_addr)[:64],
-                "size": size,
+                "size": declared_size(size),
                 "header_names": json.dumps(names),
                 "secret_ids": json.dumps([s.id for s in secrets]),
                 "suppressed": suppressed,
@@ -238,35 +281,73 @@ class RejectionLog:
                     self._suppressed = 0
             if not rows:
                 return 0
-            keyring = self.storage.keyring
+            ready: list[dict[str, Any]] = []
+            lost = 0
             for row in rows:
-                body = row.pop("_body", None)
-                row["body"] = (
-                    keyring.seal(body, purpose=REJECTED_BODY) if body is not None else None
-                )
-                row["key_id"] = keyring.primary if body is not None else None
-            try:
-                with self.storage.deferred.begin() as conn:
-                    conn.execute(insert(REJECTION), rows)
-                    newest = conn.execute(select(func.max(REJECTION.c.id))).scalar()
-                    if newest is not None and int(newest) > self.policy.max_rows:
-                        conn.execute(
-                            delete(REJECTION).where(
-                                REJECTION.c.id <= int(newest) - self.policy.max_rows
-                            )
-                        )
-            except SQLAlchemyError as exc:
-                lost = len(rows) + sum(int(r["suppressed"]) for r in rows)
+                try:
+                    ready.append(self._sealed(row))
+                except Exception as exc:  # noqa: BLE001 - one row must never cost the others
+                    lost += _carried(row)
+                    log.warning(
+                        "a rejected delivery not recorded: could not seal it: %s",
+                        type(exc).__name__,
+                        extra={"action": "rejection"},
+                    )
+            written = self._write(ready) if ready else 0
+            if lost:
                 with self._lock:
-                    self._suppressed += lost  # counted, written with a later row
-                log.warning(
-                    "rejected deliveries not recorded (%d): %s",
-                    lost,
-                    type(getattr(exc, "orig", None) or exc).__name__,
-                    extra={"action": "rejection"},
-                )
-                return 0
+                    self._suppressed += lost
+            return written
+
+    def _sealed(self, row: dict[str, Any]) -> dict[str, Any]:
+        keyring = self.storage.keyring
+        body = row.pop("_body", None)
+        row["body"] = keyring.seal(body, purpose=REJECTED_BODY) if body is not None else None
+        row["key_id"] = keyring.primary if body is not None else None
+        return row
+
+    def _write(self, rows: list[dict[str, Any]]) -> int:
+        """Write ``rows`` in one transaction; if it fails, row by row (unless the database
+        is unreachable), so a row the database refuses loses only itself. What is not
+        written is counted, and the count is written with a later row. Returns rows written."""
+        try:
+            self._insert(rows)
             return len(rows)
+        except Exception as exc:  # noqa: BLE001 - any failure: the driver's, or a value's
+            failure: BaseException = exc
+        written = lost = 0
+        if len(rows) > 1 and not _unreachable(failure):
+            for i, row in enumerate(rows):
+                try:
+                    self._insert([row])
+                    written += 1
+                except Exception as exc:  # noqa: BLE001 - this row only
+                    failure = exc
+                    lost += _carried(row)
+                    if _unreachable(exc):
+                        lost += sum(_carried(r) for r in rows[i + 1 :])
+                        break
+        else:
+            lost = sum(_carried(r) for r in rows)
+        with self._lock:
+            self._suppressed += lost  # counted, written with a later row
+        log.warning(
+            "rejected deliveries not recorded (%d): %s",
+            lost,
+            type(getattr(failure, "orig", None) or failure).__name__,
+            extra={"action": "rejection"},
+        )
+        return written
+
+    def _insert(self, rows: list[dict[str, Any]]) -> None:
+        """One transaction: insert ``rows`` and trim the table to ``max_rows``."""
+        with self.storage.deferred.begin() as conn:
+            conn.execute(insert(REJECTION), rows)
+            newest = conn.execute(select(func.max(REJECTION.c.id))).scalar()
+            if newest is not None and int(newest) > self.policy.max_rows:
+                conn.execute(
+                    delete(REJECTION).where(REJECTION.c.id <= int(newest) - self.policy.max_rows)
+                )
 
     def _marker(self, count: int) -> dict[str, Any]:
         return {

@@ -32,6 +32,10 @@ class ReceiveError(HookledgerError):
     error_type = "invalid_request"
     #: The reason code recorded in the rejected-deliveries table (``hookledger_rejection``).
     reason = "rejected"
+    #: The reason sent with :data:`receiver.core.signals.event_rejected` and counted in
+    #: ``hookledger_rejections_total``: one per code, so an alert on one (a database outage,
+    #: a rotated secret) never fires for another.
+    signal_reason = "rejected"
 
 
 class PayloadTooLarge(ReceiveError):
@@ -40,6 +44,7 @@ class PayloadTooLarge(ReceiveError):
     http_status = 413
     code = "HL_13"
     reason = "too_large"
+    signal_reason = "too_large"
 
 
 class SignatureError(ReceiveError):
@@ -49,6 +54,7 @@ class SignatureError(ReceiveError):
     code = "HL_01"
     error_type = "authentication_error"
     reason = "signature_mismatch"
+    signal_reason = "bad_signature"
 
 
 class SignatureMissing(SignatureError):
@@ -69,6 +75,7 @@ class MalformedEvent(ReceiveError):
     http_status = 400
     code = "HL_04"
     reason = "malformed_event"
+    signal_reason = "malformed"
 
 
 class EventTooOld(ReceiveError):
@@ -77,6 +84,7 @@ class EventTooOld(ReceiveError):
     http_status = 400
     code = "HL_06"
     reason = "too_old"
+    signal_reason = "too_old"
 
 
 class StorageUnavailable(ReceiveError):
@@ -85,6 +93,7 @@ class StorageUnavailable(ReceiveError):
     http_status = 503
     code = "HL_03"
     error_type = "api_error"
+    signal_reason = "storage_unavailable"
 
 
 class SchemaNotReady(ReceiveError):
@@ -93,6 +102,7 @@ class SchemaNotReady(ReceiveError):
     http_status = 503
     code = "HL_05"
     error_type = "api_error"
+    signal_reason = "schema_not_ready"
 
 
 class UnknownEventType(HookledgerError, ValueError):

@@ -5,7 +5,7 @@ Connect a receiver to any of these; it is called in the process where the thing 
 the dispatch signals, the reconciler's process for ``reconcile_finished``), after the
 change is committed, with keyword arguments only::
 
-    from receiver import signals
+    import receiver.core.signals as signals
 
     @signals.event_dead_lettered.connect
     def page(sender, **info):
@@ -33,8 +33,10 @@ _signals = Namespace()
 #: A delivery was stored (webhook). ``result``: ``inserted``, ``duplicate`` or ``conflict``;
 #: also ``source`` and ``secret_id`` (the id of the secret that verified it, never the secret).
 event_received: Signal = _signals.signal("hookledger.event-received")
-#: A delivery was refused. ``reason``: ``bad_signature``, ``malformed``, ``too_large`` or
-#: ``storage_unavailable``; ``status``: the HTTP status answered.
+#: A delivery was refused. ``reason``: ``bad_signature`` (401), ``too_large`` (413),
+#: ``malformed`` (400), ``too_old`` (400, older than ``HOOKLEDGER_MAX_EVENT_AGE``): the
+#: request's fault; ``storage_unavailable`` (503): the database's, only then. ``status``: the
+#: HTTP status answered; ``code``: the error code answered (``HL_01``...).
 event_rejected: Signal = _signals.signal("hookledger.event-rejected")
 #: An event id arrived again with a different body (kept, flagged). ``source``.
 event_conflict: Signal = _signals.signal("hookledger.event-conflict")
@@ -131,17 +133,15 @@ __all__ = [
 
 
 def rejected(exc: Exception) -> None:
-    """Send :data:`event_rejected` for a refused delivery (from the receive view)."""
-    from receiver.core.errors import MalformedEvent, PayloadTooLarge, SignatureError
-
-    reason = "storage_unavailable"
-    if isinstance(exc, SignatureError):
-        reason = "bad_signature"
-    elif isinstance(exc, MalformedEvent):
-        reason = "malformed"
-    elif isinstance(exc, PayloadTooLarge):
-        reason = "too_large"
-    send(event_rejected, reason=reason, status=getattr(exc, "http_status", 500))
+    """Send :data:`event_rejected` for a refused delivery (from the receive view), under
+    the reason its error class declares (``signal_reason``, one per code): nothing falls
+    through to ``storage_unavailable``."""
+    send(
+        event_rejected,
+        reason=str(getattr(exc, "signal_reason", "rejected")),
+        status=getattr(exc, "http_status", 500),
+        code=getattr(exc, "code", None),
+    )
 
 
 def received(event: Any, result: str, secret_id: str | None) -> None:

@@ -282,7 +282,9 @@ class Rejection(Base, table=True):
     reason: str = Field(max_length=32)
     http_status: int
     remote_addr: str | None = Field(default=None, max_length=64)
-    #: Bytes of the body (read, or declared by Content-Length when it was refused unread).
+    #: Bytes of the body (read, or declared by Content-Length when it was refused unread: a
+    #: declared length past 2**63 - 1 is stored as 2**63 - 1, one that is not a non-negative
+    #: integer as NULL; see :func:`receiver.atrest.rejected_deliveries.declared_size`).
     size: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     #: JSON list of the request's header names (lower case; never a value).
     header_names: str = Field(sa_column=Column(Text, nullable=False))

@@ -12,6 +12,7 @@ import logging
 from flask import Blueprint, Response, jsonify, request
 
 import receiver.core.signals as signals
+from receiver.atrest.rejected_deliveries import declared_size
 from receiver.config.data_at_rest import check_event_age
 from receiver.core.errors import (
     PayloadTooLarge,
@@ -43,6 +44,17 @@ def _read_body(limit: int) -> bytes:
     return body
 
 
+def _declared_length() -> int | None:
+    """The body size the request declared, for a request refused unread: the raw
+    ``Content-Length`` parsed and clamped
+    (:func:`receiver.atrest.rejected_deliveries.declared_size`: a
+    non-negative integer no larger than a 64-bit column holds, else unknown), never the
+    header's text or an unbounded integer; unknown for a chunked body."""
+    if request.content_length is None:  # no header, or Transfer-Encoding: chunked
+        return None
+    return declared_size(request.headers.get("Content-Length"))
+
+
 def _db_reason(exc: BaseException) -> str:
     """The driver's first line only: SQLAlchemy's own text repeats the SQL and parameters
     (the whole body), which must not reach the logs."""
@@ -70,7 +82,7 @@ def receive() -> tuple[Response, int]:
                 reason=exc.reason,
                 http_status=exc.http_status,
                 remote_addr=remote,
-                size=len(body) if body is not None else request.content_length,
+                size=len(body) if body is not None else _declared_length(),
                 header_names=request.headers.keys(),
                 secrets=state.settings.secrets,
                 body=body,

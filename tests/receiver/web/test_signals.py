@@ -64,7 +64,8 @@ def test_the_lifecycle_of_events_is_signalled(
     for name, info in caught:
         by_name.setdefault(name, []).append(info)
     assert [i["result"] for i in by_name["event-received"]] == ["inserted"] * 4
-    assert by_name["event-rejected"] == [{"reason": "bad_signature", "status": 401}]
+    rejected = [{"reason": "bad_signature", "status": 401, "code": "HL_01"}]
+    assert by_name["event-rejected"] == rejected
     (dispatched,) = by_name["event-dispatched"]
     assert dispatched["event_id"] == "evt_ok" and dispatched["event_type"] == "payment_succeeded"
     assert [h.rsplit(".", 1)[-1] for h in dispatched["handlers"]] == ["fine"]
