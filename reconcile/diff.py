@@ -19,7 +19,7 @@ the merchant's side had seen when the object was read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -146,6 +146,14 @@ def compare(remote: Remote, local: Local | None) -> Finding:
         # A status the processor sends no event for (requires_payment_method, pending...).
         return Finding(remote=remote, local=local, verdict="no_event")
     return Finding(remote=remote, local=local, verdict="missed", event_type=event_type)
+
+
+def reaches(remote: State, waiting: Iterable[State]) -> bool:
+    """Whether an event waiting in the inbox, in one of the ``waiting`` states, brings the
+    projection to the remote state (or past it: the listing was older than the event).
+    When none does, what is waiting leaves the projection short of the processor (a
+    ``payment_failed`` from before the customer's successful retry)."""
+    return any(transitions.order(remote, state) in ("same", "forward") for state in waiting)
 
 
 def synthetic_event_id(kind: str, object_id: str, state_key: str, after: int) -> str:

@@ -28,8 +28,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from receiver.clock import Clock, as_utc, utcnow
 from receiver.db import MigrationTree, deferred_begin
-from receiver.models import InboxEvent, Projection
-from receiver.transitions import State, make_state
+from receiver.models import EventStatus, InboxEvent, Projection
+from receiver.transitions import State, make_state, read_event
 from reconcile.diff import Local
 from reconcile.errors import ReconcileLocked
 from reconcile.models import ReconcileRun, RunLock, SeenBatch, Watermark
@@ -237,6 +237,29 @@ class ReconcileStore:
         return {
             r.object_id: Local(make_state(kind, r.status, r.stage), int(r.event_pk)) for r in rows
         }
+
+    def waiting_states(self, kind: str, object_ids: Sequence[str]) -> dict[str, list[State]]:
+        """The states the events waiting in the inbox (pending or being processed) report,
+        for those of ``object_ids`` that have any."""
+        if not object_ids:
+            return {}
+        keys = {f"{kind}:{object_id}": object_id for object_id in object_ids}
+        found: dict[str, list[State]] = {}
+        with self.reader.connect() as conn:
+            # Only the object index: an object has few events, the inbox may hold a backlog
+            # (a status term would tempt SQLite's planner to read every open event).
+            rows = conn.execute(
+                select(
+                    E.c.object_key, E.c.status, E.c.event_type, E.c.object_status, E.c.object_stage
+                ).where(E.c.object_key.in_(list(keys)))
+            ).all()
+        for key, event_status, event_type, status, stage in rows:
+            if event_status not in EventStatus.OPEN:
+                continue
+            reading = read_event(kind, event_type, status, stage)
+            if reading.state is not None:
+                found.setdefault(keys[key], []).append(reading.state)
+        return found
 
     def with_history(self, kind: str, object_ids: Iterable[str]) -> set[str]:
         """Those of ``object_ids`` hookledger has a projection or any stored event of."""
