@@ -30,7 +30,7 @@ from receiver.clock import as_utc
 from receiver.transitions import State
 from reconcile.errors import MAX_ID_LENGTH, escape_id, id_defect
 
-Verdict = Literal["in_sync", "missed", "no_event", "local_ahead", "unknown_status"]
+Verdict = Literal["in_sync", "missed", "no_event", "local_ahead", "unknown_status", "dead_letter"]
 DatedBy = Literal["modified", "observed"]
 
 
@@ -77,10 +77,15 @@ class BadRow:
 
 @dataclass(frozen=True, slots=True)
 class Local:
-    """What the merchant's side projects for an object: its state and the event behind it."""
+    """What the merchant's side projects for an object: its state and the event behind it.
+
+    ``dead``: that event is dead-lettered (its handlers did not all run): the projection
+    shows the state, but the merchant's side has not acted on it.
+    """
 
     state: State
     event_pk: int
+    dead: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -139,7 +144,10 @@ def compare(remote: Remote, local: Local | None) -> Finding:
     if local is not None:
         order = transitions.order(local.state, state)
         if order == "same":
-            return Finding(remote=remote, local=local, verdict="in_sync")
+            # In step only once the transition's handlers have run: a projection reached by
+            # a dead-lettered event is a transition the merchant's side never acted on.
+            verdict: Verdict = "dead_letter" if local.dead else "in_sync"
+            return Finding(remote=remote, local=local, verdict=verdict)
         if order == "backward":
             return Finding(remote=remote, local=local, verdict="local_ahead")
     if event_type is None:

@@ -82,8 +82,8 @@ class FollowedObject(Base, table=True):
 
     A row is written whenever the reconciler sees an object in a state that is not settled
     for its kind (listed, fetched, or adopted), or finds an object out of step (a recovery
-    inserted or waiting: kept, whatever its remote state, until a later run finds it in
-    sync); objects whose *projection* is not
+    inserted or waiting, a projection reached by a dead-lettered event: kept, whatever its
+    remote state, until a later run finds it in sync); objects whose *projection* is not
     settled are followed even without a row. ``next_check_at`` spaces the checks out as the
     object ages (see :mod:`reconcile.sweep`); a kept object is checked at every run.
     """

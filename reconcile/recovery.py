@@ -6,9 +6,10 @@ sweep), and feed every missed transition into the receiver's inbox as a synthesi
 (source ``reconcile``), unless the object already has an event waiting in the inbox: then
 nothing is inserted (the waiting events run first), and the object is ``queued`` when one of
 them brings it to the processor's state, ``behind`` (unresolved) when none does. Every
-object found out of step (recovered, queued or behind) stays followed by the sweep, however
-settled its remote state, until a later look finds it in sync. A remote row that cannot be
-stored is reported and skipped, never an error of the run.
+object found out of step (recovered, queued, behind, or projected by a dead-lettered event)
+stays followed by the sweep, however settled its remote state, until a later look finds it
+in sync. A remote row that cannot be stored is reported and skipped, never an error of the
+run.
 """
 
 from __future__ import annotations
@@ -127,9 +128,17 @@ class Recovery:
         for finding in self._confirm(kind, ahead):
             self._count(finding, tally, missed)
         # Out of step: recovered (its handlers may yet fail), queued or behind (what waits
-        # may leave it short). A later run judges each again, whatever the lists' windows
-        # and the remote state's settledness say.
+        # may leave it short), or projected by a dead-lettered event. A later run judges
+        # each again, whatever the lists' windows and the remote state's settledness say.
         kept = {f.object_id: f.remote for f in self._recover(kind, missed, tally, now)}
+        kept.update(
+            (remote.object_id, remote)
+            for remote in remotes
+            if (local := differing.get(remote.object_id)) is not None
+            and local.dead
+            and remote.state is not None
+            and remote.state.key == local.state.key
+        )
         if kept and not self.options.dry_run:
             self.followed.keep(list(kept.values()), now=now)
         return set(kept)
@@ -138,6 +147,11 @@ class Recovery:
     def _count(finding: Finding, tally: Tally, missed: list[Finding]) -> None:
         if finding.verdict == "in_sync":
             tally.in_sync += 1
+        elif finding.verdict == "dead_letter":
+            tally.note_dead_lettered(
+                f"{escape_id(finding.object_id)}: {finding.remote.state}, reached by a "
+                f"dead-lettered event (#{finding.local.event_pk if finding.local else '?'})"
+            )
         elif finding.verdict == "no_event":
             tally.no_event += 1
         elif finding.verdict == "unknown_status":

@@ -5,8 +5,9 @@ A report never says more than is true:
 - ``ok``: every path ran to the end and nothing is unresolved;
 - ``unresolved``: drift the reconciler could not mend (an object known only locally, a
   projection ahead of the processor, a recovery event the guard refused or dead-lettered,
-  an object whose waiting events leave its projection short of the processor, a remote
-  row that cannot be stored, an undelivered event whose signature does not verify, a status the
+  a projection in step with the processor but reached by a dead-lettered event, an object
+  whose waiting events leave its projection short of the processor, a remote row that
+  cannot be stored, an undelivered event whose signature does not verify, a status the
   transition model does not know);
 - ``incomplete``: the processor could not be read completely (an error, a stuck or
   over-budget listing, sweep objects left overdue): the run cannot vouch for what it did
@@ -57,6 +58,9 @@ class Tally:
     #: processor: nothing was inserted (the waiting events run first); followed by the sweep.
     behind: int = 0
     behind_sample: list[str] = field(default_factory=list)
+    #: Objects projected as the processor shows them, by an event that is dead-lettered.
+    dead_lettered: int = 0
+    dead_lettered_sample: list[str] = field(default_factory=list)
     no_event: int = 0
     unknown_status: int = 0
     unknown_status_sample: list[str] = field(default_factory=list)
@@ -87,9 +91,18 @@ class Tally:
         self.behind += 1
         _add(self.behind_sample, item)
 
+    def note_dead_lettered(self, item: str) -> None:
+        self.dead_lettered += 1
+        _add(self.dead_lettered_sample, item)
+
     def tally_unresolved(self) -> int:
         return (
-            self.unknown_status + self.local_ahead + self.mismatched + self.bad_rows + self.behind
+            self.unknown_status
+            + self.local_ahead
+            + self.mismatched
+            + self.bad_rows
+            + self.behind
+            + self.dead_lettered
         )
 
     @property
@@ -106,6 +119,8 @@ class Tally:
             "queued": self.queued,
             "behind": self.behind,
             "behind_sample": self.behind_sample,
+            "dead_lettered": self.dead_lettered,
+            "dead_lettered_sample": self.dead_lettered_sample,
             "no_event": self.no_event,
             "unknown_status": self.unknown_status,
             "unknown_status_sample": self.unknown_status_sample,
@@ -295,6 +310,7 @@ class Report:
                 in_sync=tally.in_sync,
                 queued=tally.queued,
                 behind=tally.behind,
+                dead_lettered=tally.dead_lettered,
                 no_event=tally.no_event,
                 local_ahead=tally.local_ahead,
                 mismatched=tally.mismatched,
@@ -407,6 +423,7 @@ def _details(part: dict[str, Any]) -> list[str]:
         "local_ahead_sample",
         "mismatched_sample",
         "behind_sample",
+        "dead_lettered_sample",
         "local_only_sample",
         "not_found_sample",
         "bad_rows_sample",

@@ -9,7 +9,7 @@ is fetched again by id (``GET /payments/{id}``, ``/refunds/{id}``, ``/disputes/{
 ``/payouts/{id}``, ``/mandates/{id}``), until it settles or grows older than its kind's
 horizon. What it finds goes through the same diff and inbox as the lists. An object a run
 found out of step (its recovery inserted, or waiting behind events that may leave the
-projection short) is kept, however settled
+projection short; a projection reached by a dead-lettered event) is kept, however settled
 its remote state, and checked at every run until one finds it in sync
 (:meth:`FollowedObjects.keep`).
 
@@ -244,9 +244,9 @@ class FollowedObjects:
     def keep(self, remotes: Sequence[Remote], *, now: datetime | None = None) -> None:
         """Follow ``remotes`` until a later look finds them in sync, however settled their
         remote state: the run found them out of step (a recovery inserted, or queued behind
-        events that may leave the projection short). Each is due again at the next run (see
-        :meth:`due`), which judges it afresh: in sync, it is no longer followed (unless its
-        remote state is open)."""
+        events that may leave the projection short; a projection reached by a dead-lettered
+        event). Each is due again at the next run (see :meth:`due`), which judges it afresh:
+        in sync, it is no longer followed (unless its remote state is open)."""
         now = now or self.now()
         rows = [
             {

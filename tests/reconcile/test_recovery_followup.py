@@ -1,5 +1,5 @@
 """Recoveries the reconciler could not finish in one run are looked at again, and a report
-never says ``ok`` while one of them is unfinished (issue 20, item 9).
+never says ``ok`` while one of them is unfinished (issue 20, items 9 and 10).
 
 Each test lives through a real lifecycle (freezegun, the sandbox processor), runs the
 reconciler as the schedule would, and checks every report against the merchant's side.
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from receiver import Defer, Event
-from receiver.models import EventStatus
+from receiver.models import EventStatus, Source
 from receiver.operations import EventFilter
+from reconcile.cli import EXIT_OK, EXIT_UNRESOLVED, exit_code
 from reconcile.report import Report
 from reconcile.runner import ReconcileOptions
 from tests.conftest import AppFactory
@@ -130,3 +131,94 @@ def _due(w: World, kind: str) -> tuple[list[Any], int]:
 
     followed = FollowedObjects(w.store.engine)
     return followed.due(kind, limit=100)
+
+
+def test_a_recovered_transition_whose_handlers_are_dead_is_unresolved(
+    make_app: AppFactory,
+) -> None:
+    """Regression (issue 20, item 10): the recovered payment_succeeded put the projection
+    in step with the processor, its handlers were dead-lettered, and the next run counted
+    the payment in sync (ok, exit 0)."""
+    with world(make_app, max_attempts=2) as w:
+        warehouse_up = {"yes": False}
+        hooks = w.app.extensions["hookledger"].registry
+
+        @hooks.on("payment_succeeded", name="shop.fulfil")
+        def fulfil(event: Event) -> None:
+            if not warehouse_up["yes"]:
+                raise RuntimeError("warehouse API down")
+
+        w.drop_next("payment_succeeded")
+        w.pay("pay_dead")
+        w.settle()
+        first = w.run(LISTS_ONLY)  # recovers it; the worker runs it until it is dead
+        assert first.kinds["payments"].recovered == Counter(payment_succeeded=1)
+        dead = w.store.select_events(EventFilter(statuses=(EventStatus.DEAD,)))
+        assert [(e.source, e.event_type) for e in dead] == [(Source.RECONCILE, "payment_succeeded")]
+        assert w.projected("payment", "pay_dead") == "succeeded"
+
+        second = w.run(LISTS_ONLY)
+        assert second.status == "unresolved", second.as_dict()
+        assert exit_code(second) == EXIT_UNRESOLVED
+        payments = second.kinds["payments"]
+        assert (payments.in_sync, payments.dead_lettered) == (0, 1), second.as_dict()
+        assert "pay_dead" in payments.dead_lettered_sample[0]
+        assert second.as_dict()["totals"]["dead_lettered"] == 1
+
+        # The operator mends the warehouse and requeues: in sync, ok.
+        warehouse_up["yes"] = True
+        w.store.requeue(EventFilter(statuses=(EventStatus.DEAD,)))
+        w.drain()
+        third = w.run(LISTS_ONLY)
+        assert (third.kinds["payments"].in_sync, third.status) == (1, "ok")
+        assert exit_code(third) == EXIT_OK
+        assert w.handled[("payment", "pay_dead", "succeeded")] == 1
+
+
+def test_a_swept_transition_whose_handlers_die_keeps_the_reports_unresolved(
+    make_app: AppFactory,
+) -> None:
+    """Item 10 through the sweep: a late change to an old object (an authorisation expiring
+    on day 7) is recovered, its handlers die; the object is no longer in any listed window,
+    so only the sweep can look again, and it must."""
+    with world(make_app, max_attempts=2) as w:
+        hooks = w.app.extensions["hookledger"].registry
+        mended = {"yes": False}
+
+        @hooks.on("payment_expired", name="shop.release_hold")
+        def release_hold(event: Event) -> None:
+            if not mended["yes"]:
+                raise RuntimeError("inventory service down")
+
+        w.pay("pay_hold", manual=True)
+        w.settle()
+        assert w.run().status == "ok"
+        w.drop_next("payment_expired")
+        recovered: Report | None = None
+        for _ in range(8):
+            w.advance(DAY)
+            report = w.run()
+            if report.recovered:
+                recovered = report
+                break
+            assert report.status == "ok", report.as_dict()
+        assert recovered is not None
+        assert recovered.sweep["payments"].recovered == Counter(payment_expired=1)
+        assert w.projected("payment", "pay_hold") == "expired"
+        assert len(w.store.select_events(EventFilter(statuses=(EventStatus.DEAD,)))) == 1
+
+        for _ in range(2):  # every run until someone acts says so
+            w.advance(timedelta(minutes=30))
+            report = w.run()
+            assert exit_code(report) == EXIT_UNRESOLVED, report.as_dict()
+            assert report.sweep["payments"].dead_lettered == 1, report.as_dict()
+
+        mended["yes"] = True
+        w.store.requeue(EventFilter(statuses=(EventStatus.DEAD,)))
+        w.drain()
+        w.advance(timedelta(minutes=30))
+        after = w.run()
+        assert after.status == "ok" and after.sweep["payments"].in_sync == 1, after.as_dict()
+        w.advance(timedelta(minutes=30))
+        assert _due(w, "payment")[1] == 0  # in sync: no longer followed
+        assert w.handled[("payment", "pay_hold", "expired")] == 1
