@@ -19,7 +19,7 @@ the merchant's side had seen when the object was read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -31,7 +31,7 @@ from receiver.core.clock import as_utc
 from receiver.core.transitions import State
 from reconcile.core.errors import MAX_ID_LENGTH, escape_id, id_defect
 
-Verdict = Literal["in_sync", "missed", "no_event", "local_ahead", "unknown_status"]
+Verdict = Literal["in_sync", "missed", "no_event", "local_ahead", "unknown_status", "dead_letter"]
 DatedBy = Literal["modified", "observed"]
 
 
@@ -78,10 +78,15 @@ class BadRow:
 
 @dataclass(frozen=True, slots=True)
 class Local:
-    """What the merchant's side projects for an object: its state and the event behind it."""
+    """What the merchant's side projects for an object: its state and the event behind it.
+
+    ``dead``: that event is dead-lettered (its handlers did not all run): the projection
+    shows the state, but the merchant's side has not acted on it.
+    """
 
     state: State
     event_pk: int
+    dead: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,13 +145,24 @@ def compare(remote: Remote, local: Local | None) -> Finding:
     if local is not None:
         order = transitions.order(local.state, state)
         if order == "same":
-            return Finding(remote=remote, local=local, verdict="in_sync")
+            # In step only once the transition's handlers have run: a projection reached by
+            # a dead-lettered event is a transition the merchant's side never acted on.
+            verdict: Verdict = "dead_letter" if local.dead else "in_sync"
+            return Finding(remote=remote, local=local, verdict=verdict)
         if order == "backward":
             return Finding(remote=remote, local=local, verdict="local_ahead")
     if event_type is None:
         # A status the processor sends no event for (requires_payment_method, pending...).
         return Finding(remote=remote, local=local, verdict="no_event")
     return Finding(remote=remote, local=local, verdict="missed", event_type=event_type)
+
+
+def reaches(remote: State, waiting: Iterable[State]) -> bool:
+    """Whether an event waiting in the inbox, in one of the ``waiting`` states, brings the
+    projection to the remote state (or past it: the listing was older than the event).
+    When none does, what is waiting leaves the projection short of the processor (a
+    ``payment_failed`` from before the customer's successful retry)."""
+    return any(transitions.order(remote, state) in ("same", "forward") for state in waiting)
 
 
 def synthetic_event_id(kind: str, object_id: str, state_key: str, after: int) -> str:

@@ -5,15 +5,20 @@ A report never says more than is true:
 - ``ok``: every path ran to the end and nothing is unresolved;
 - ``unresolved``: drift the reconciler could not mend (an object known only locally, a
   projection ahead of the processor, a recovery event the guard refused or dead-lettered,
-  a remote row that cannot be stored, an undelivered event whose signature does not
-  verify, a status the transition model does not know);
+  a projection in step with the processor but reached by a dead-lettered event, an object
+  whose waiting events leave its projection short of the processor, a remote row that
+  cannot be stored, an undelivered event whose signature does not verify, a status the
+  transition model does not know);
 - ``incomplete``: the processor could not be read completely (an error, a stuck or
   over-budget listing, sweep objects left overdue): the run cannot vouch for what it did
   not see;
 - ``dry_run`` and ``failed`` (the run itself broke: see the error).
 
-Recovery that is queued (already in the inbox, waiting for the worker) is ``queued``, never
-unresolved.
+Recovery that is queued (an event already in the inbox, waiting for the worker, brings the
+object to the processor's state) is ``queued``, never unresolved. When what is waiting leaves
+the projection short of the processor (a ``payment_failed`` from before the customer's
+successful retry), the object is ``behind``: unresolved until it is in sync (the sweep
+follows it and recovers the rest once the inbox is done with it).
 """
 
 from __future__ import annotations
@@ -49,6 +54,13 @@ class Tally:
     #: or ``observed`` (when the run saw the object; its kind carries no modification time).
     dated_by: Counter[str] = field(default_factory=Counter)
     queued: int = 0
+    #: Objects with events waiting in the inbox that leave the projection short of the
+    #: processor: nothing was inserted (the waiting events run first); followed by the sweep.
+    behind: int = 0
+    behind_sample: list[str] = field(default_factory=list)
+    #: Objects projected as the processor shows them, by an event that is dead-lettered.
+    dead_lettered: int = 0
+    dead_lettered_sample: list[str] = field(default_factory=list)
     no_event: int = 0
     unknown_status: int = 0
     unknown_status_sample: list[str] = field(default_factory=list)
@@ -75,8 +87,23 @@ class Tally:
         self.bad_rows += 1
         _add(self.bad_rows_sample, item)
 
+    def note_behind(self, item: str) -> None:
+        self.behind += 1
+        _add(self.behind_sample, item)
+
+    def note_dead_lettered(self, item: str) -> None:
+        self.dead_lettered += 1
+        _add(self.dead_lettered_sample, item)
+
     def tally_unresolved(self) -> int:
-        return self.unknown_status + self.local_ahead + self.mismatched + self.bad_rows
+        return (
+            self.unknown_status
+            + self.local_ahead
+            + self.mismatched
+            + self.bad_rows
+            + self.behind
+            + self.dead_lettered
+        )
 
     @property
     def unresolved(self) -> int:
@@ -90,6 +117,10 @@ class Tally:
             "recovered_total": sum(self.recovered.values()),
             "dated_by": dict(sorted(self.dated_by.items())),
             "queued": self.queued,
+            "behind": self.behind,
+            "behind_sample": self.behind_sample,
+            "dead_lettered": self.dead_lettered,
+            "dead_lettered_sample": self.dead_lettered_sample,
             "no_event": self.no_event,
             "unknown_status": self.unknown_status,
             "unknown_status_sample": self.unknown_status_sample,
@@ -278,6 +309,8 @@ class Report:
                 checked=tally.checked,
                 in_sync=tally.in_sync,
                 queued=tally.queued,
+                behind=tally.behind,
+                dead_lettered=tally.dead_lettered,
                 no_event=tally.no_event,
                 local_ahead=tally.local_ahead,
                 mismatched=tally.mismatched,
@@ -389,6 +422,8 @@ def _details(part: dict[str, Any]) -> list[str]:
         "unknown_status_sample",
         "local_ahead_sample",
         "mismatched_sample",
+        "behind_sample",
+        "dead_lettered_sample",
         "local_only_sample",
         "not_found_sample",
         "bad_rows_sample",

@@ -3,9 +3,13 @@
 Given remote objects of one kind (listed, or fetched by id), compare each with the local
 projection (:func:`reconcile.core.diff.compare`), follow the ones that have not settled (for the
 sweep), and feed every missed transition into the receiver's inbox as a synthesised event
-(source ``reconcile``), unless the object already has an event waiting in the inbox
-(``queued``: the worker may settle it; the next run looks again). A remote row that cannot
-be stored is reported and skipped, never an error of the run.
+(source ``reconcile``), unless the object already has an event waiting in the inbox: then
+nothing is inserted (the waiting events run first), and the object is ``queued`` when one of
+them brings it to the processor's state, ``behind`` (unresolved) when none does. Every
+object found out of step (recovered, queued, behind, or projected by a dead-lettered event)
+stays followed by the sweep, however settled its remote state, until a later look finds it
+in sync. A remote row that cannot be stored is reported and skipped, never an error of the
+run.
 """
 
 from __future__ import annotations
@@ -91,15 +95,16 @@ class Recovery:
         *,
         run_id: int | None = None,
         confirm_ahead: bool = True,
-    ) -> None:
-        """Diff ``remotes`` (distinct objects of ``kind``) and recover what is missed.
+    ) -> set[str]:
+        """Diff ``remotes`` (distinct objects of ``kind``) and recover what is missed;
+        returns the ids of the objects kept followed until they are in sync.
 
         ``run_id``: mark them seen by that run (the lists' local-only check needs it).
         ``confirm_ahead``: a projection ahead of a *listed* object may only mean the page
         was read before a webhook arrived; fetch the object again before calling it drift.
         """
         if not remotes:
-            return
+            return set()
         now = as_utc(self.clock())
         plan = None if self.options.dry_run else self.followed.plan(remotes, now=now)
         differing = self.store.observe(
@@ -122,12 +127,31 @@ class Recovery:
                 self._count(finding, tally, missed)
         for finding in self._confirm(kind, ahead):
             self._count(finding, tally, missed)
-        self._recover(kind, missed, tally, now)
+        # Out of step: recovered (its handlers may yet fail), queued or behind (what waits
+        # may leave it short), or projected by a dead-lettered event. A later run judges
+        # each again, whatever the lists' windows and the remote state's settledness say.
+        kept = {f.object_id: f.remote for f in self._recover(kind, missed, tally, now)}
+        kept.update(
+            (remote.object_id, remote)
+            for remote in remotes
+            if (local := differing.get(remote.object_id)) is not None
+            and local.dead
+            and remote.state is not None
+            and remote.state.key == local.state.key
+        )
+        if kept and not self.options.dry_run:
+            self.followed.keep(list(kept.values()), now=now)
+        return set(kept)
 
     @staticmethod
     def _count(finding: Finding, tally: Tally, missed: list[Finding]) -> None:
         if finding.verdict == "in_sync":
             tally.in_sync += 1
+        elif finding.verdict == "dead_letter":
+            tally.note_dead_lettered(
+                f"{escape_id(finding.object_id)}: {finding.remote.state}, reached by a "
+                f"dead-lettered event (#{finding.local.event_pk if finding.local else '?'})"
+            )
         elif finding.verdict == "no_event":
             tally.no_event += 1
         elif finding.verdict == "unknown_status":
@@ -165,9 +189,13 @@ class Recovery:
             fresh.append(diff.compare(read, local))
         return fresh
 
-    def _recover(self, kind: str, missed: list[Finding], tally: Tally, now: datetime) -> None:
+    def _recover(
+        self, kind: str, missed: list[Finding], tally: Tally, now: datetime
+    ) -> list[Finding]:
+        """Insert the missed transitions; returns those recovered or waiting (queued or
+        behind), which a later run must look at again."""
         if not missed:
-            return
+            return []
         bodies: list[tuple[Finding, bytes, str, diff.DatedBy]] = []
         for finding in missed:
             assert finding.event_type is not None
@@ -180,16 +208,18 @@ class Recovery:
                 continue
             bodies.append((finding, body, event_id, dated_by))
         if not bodies:
-            return
+            return []
         if self.options.dry_run:
             waiting = self.inbox.inbox.waiting(f"{kind}:{f.object_id}" for f, _, _, _ in bodies)
+            queued: list[Finding] = []
             for finding, _body, _event_id, _dated_by in bodies:
                 assert finding.event_type is not None
                 if f"{kind}:{finding.object_id}" in waiting:
-                    tally.queued += 1
+                    queued.append(finding)
                 else:
                     tally.recovered[finding.event_type] += 1
-            return
+            self._queued(kind, queued, tally)
+            return [finding for finding, _, _, _ in bodies]
         # One transaction: objects with an event already waiting in the inbox are skipped
         # (queued: what the worker does next may settle them), the others inserted.
         results = self.inbox.inbox.insert_synthesised(
@@ -198,17 +228,42 @@ class Recovery:
             unless_queued=True,
         )
         recheck: list[tuple[Finding, str]] = []
+        behind_others: list[Finding] = []
         for finding, _body, event_id, dated_by in bodies:
             assert finding.event_type is not None
             state = results[event_id]
             if state == "inserted":
                 tally.recovered[finding.event_type] += 1
                 tally.dated_by[dated_by] += 1
-            elif state == "queued" or state in EventStatus.OPEN:
-                tally.queued += 1
+            elif state in EventStatus.OPEN:
+                tally.queued += 1  # this very recovery, waiting for the worker
+            elif state == "queued":
+                behind_others.append(finding)
             else:
                 recheck.append((finding, state))
+        self._queued(kind, behind_others, tally)
         self._recheck(kind, recheck, tally)
+        # A recovery event found finished with the projection short was refused or
+        # dead-lettered: reported for a person (mismatched), not looked at run after run.
+        refused = {finding.object_id for finding, _ in recheck}
+        return [finding for finding, _, _, _ in bodies if finding.object_id not in refused]
+
+    def _queued(self, kind: str, findings: list[Finding], tally: Tally) -> None:
+        """Objects whose recovery was not inserted because events of theirs wait in the
+        inbox: ``queued`` when one of those brings the projection to the processor's state,
+        ``behind`` (unresolved, and followed until in sync) when none does."""
+        if not findings:
+            return
+        waiting = self.store.waiting_states(kind, [f.object_id for f in findings])
+        for finding in findings:
+            remote = finding.remote.state
+            assert remote is not None
+            states = waiting.get(finding.object_id, [])
+            if diff.reaches(remote, states):
+                tally.queued += 1
+            else:
+                shown = ", ".join(sorted({str(state) for state in states})) or "nothing"
+                tally.note_behind(f"{finding.describe()}, waiting in the inbox: {shown}")
 
     def _recheck(self, kind: str, found: list[tuple[Finding, str]], tally: Tally) -> None:
         """Recovery events that were already there and are finished: if the projection has

@@ -8,7 +8,11 @@ last remote state, is not settled for its kind
 (:meth:`receiver.core.transitions.Lifecycle.is_settled`)
 is fetched again by id (``GET /payments/{id}``, ``/refunds/{id}``, ``/disputes/{id}``,
 ``/payouts/{id}``, ``/mandates/{id}``), until it settles or grows older than its kind's
-horizon. What it finds goes through the same diff and inbox as the lists.
+horizon. What it finds goes through the same diff and inbox as the lists. An object a run
+found out of step (its recovery inserted, or waiting behind events that may leave the
+projection short; a projection reached by a dead-lettered event) is kept, however settled
+its remote state, and checked at every run until one finds it in sync
+(:meth:`FollowedObjects.keep`).
 
 Checks are spaced out as an object ages: the next one comes after as long as the object has
 existed (at least ``min_interval``, at most the kind's ``max_interval``), so a young object
@@ -149,6 +153,17 @@ def unsettled(kind: str, status_column: Any, stage_column: Any) -> Any:
     return condition
 
 
+def settled(kind: str, status_column: Any, stage_column: Any) -> Any:
+    """A SQL condition: the state in those columns is one the model knows and settled for
+    ``kind`` (a follow row holding one was kept until the projection is in sync)."""
+    model = transitions.lifecycle(kind)
+    if model is None:
+        return literal(False)
+    return and_(
+        status_column.in_(sorted(model.statuses)), ~unsettled(kind, status_column, stage_column)
+    )
+
+
 @dataclass(slots=True)
 class FollowPlan:
     """What one look at some remote objects changes in the sweep's follow list."""
@@ -226,6 +241,47 @@ class FollowedObjects:
                 }
             )
         return plan
+
+    def keep(self, remotes: Sequence[Remote], *, now: datetime | None = None) -> None:
+        """Follow ``remotes`` until a later look finds them in sync, however settled their
+        remote state: the run found them out of step (a recovery inserted, or queued behind
+        events that may leave the projection short; a projection reached by a dead-lettered
+        event). Each is due again at the next run (see :meth:`due`), which judges it afresh:
+        in sync, it is no longer followed (unless its remote state is open)."""
+        now = now or self.now()
+        rows = [
+            {
+                "kind": remote.kind,
+                "object_id": remote.object_id,
+                "created_at": remote.created,
+                "first_seen_at": now,
+                "status": remote.state.status,
+                "stage": remote.state.stage,
+                "last_checked_at": now,
+                "next_check_at": now,
+                "checks": 1,
+            }
+            for remote in remotes
+            if remote.state is not None and transitions.lifecycle(remote.kind) is not None
+        ]
+        if not rows:
+            return
+        insert = (postgresql.insert if self._pg else sqlite.insert)(F)
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=["kind", "object_id"],
+                    set_={
+                        "created_at": func.coalesce(insert.excluded.created_at, F.c.created_at),
+                        "status": insert.excluded.status,
+                        "stage": insert.excluded.stage,
+                        "last_checked_at": insert.excluded.last_checked_at,
+                        "next_check_at": insert.excluded.next_check_at,
+                        "checks": F.c.checks + 1,
+                    },
+                ),
+                rows,
+            )
 
     def write(self, conn: Connection, plan: FollowPlan) -> None:
         """Write ``plan`` on ``conn`` (inside the caller's transaction)."""
@@ -317,15 +373,27 @@ class FollowedObjects:
                 found[r.object_id] = as_utc(r.created_at)
         return found
 
-    def due(self, kind: str, *, limit: int, now: datetime | None = None) -> tuple[list[Due], int]:
+    def due(
+        self,
+        kind: str,
+        *,
+        limit: int,
+        now: datetime | None = None,
+        checked_before: datetime | None = None,
+    ) -> tuple[list[Due], int]:
         """Up to ``limit`` objects of ``kind`` due for a check, oldest-due first, and how
         many are due in all.
 
         Due: an unsettled projection within the kind's horizon with no follow row or a due
-        one, or a follow row (an object listed, fetched or adopted unsettled) that is due.
+        one, or a follow row (an object listed, fetched or adopted unsettled, or kept until
+        it is in sync: see :meth:`keep`) that is due. With ``checked_before`` (the run's
+        start), an object already checked since (by this run's lists) is not due again.
         """
         now = now or self.now()
         since = now - self.policy.horizon(kind)
+        row_due = F.c.next_check_at <= now
+        if checked_before is not None:
+            row_due = and_(row_due, F.c.last_checked_at < checked_before)
         from_projection = (
             select(
                 P.c.object_id.label("object_id"),
@@ -338,9 +406,13 @@ class FollowedObjects:
             )
             .where(
                 P.c.object_kind == kind,
-                unsettled(kind, P.c.status, P.c.stage),
+                or_(
+                    unsettled(kind, P.c.status, P.c.stage),
+                    # Kept until in sync, however settled the projection (see keep).
+                    settled(kind, F.c.status, F.c.stage),
+                ),
                 or_(P.c.object_created_at.is_(None), P.c.object_created_at >= since),
-                or_(F.c.next_check_at.is_(None), F.c.next_check_at <= now),
+                or_(F.c.next_check_at.is_(None), row_due),
             )
         )
         from_follow = select(
@@ -350,7 +422,7 @@ class FollowedObjects:
             F.c.created_at.label("born"),
         ).where(
             F.c.kind == kind,
-            F.c.next_check_at <= now,
+            row_due,
             func.coalesce(F.c.created_at, F.c.first_seen_at) >= since,
             ~select(P.c.object_id)
             .where(P.c.object_kind == kind, P.c.object_id == F.c.object_id)

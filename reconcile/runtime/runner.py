@@ -401,7 +401,13 @@ class Reconciler:
         followed = recovery.followed
         kinds = [KIND_NAMES[name] for name in options.kinds]
         now = as_utc(self.clock())
-        queues = {kind: followed.due(kind, limit=options.sweep_budget, now=now) for kind in kinds}
+        # An object this run's lists already looked at is not fetched again by its sweep.
+        queues = {
+            kind: followed.due(
+                kind, limit=options.sweep_budget, now=now, checked_before=report.started_at
+            )
+            for kind in kinds
+        }
         shares = _share(options.sweep_budget, {kind: total for kind, (_, total) in queues.items()})
         for kind in kinds:
             due, total = queues[kind]
@@ -431,10 +437,14 @@ class Reconciler:
                 part.remote_errors.append(f"{type(exc).__name__}: {exc}")
                 log.error("sweeping %s failed: %s", kind, type(exc).__name__)
                 break
-        remotes = recovery.read(kind, fetched, part)
-        recovery.process(kind, _distinct(remotes), part, confirm_ahead=False)
+        remotes = _distinct(recovery.read(kind, fetched, part))
+        kept = recovery.process(kind, remotes, part, confirm_ahead=False)
         part.settled = sum(
-            1 for remote in remotes if remote.state is not None and is_settled(remote.state)
+            1
+            for remote in remotes
+            if remote.state is not None
+            and is_settled(remote.state)
+            and remote.object_id not in kept
         )
         if missing and not recovery.options.dry_run:
             recovery.followed.postpone(kind, missing)

@@ -24,6 +24,9 @@ Payments (the card table is in :mod:`reconcile.sandbox.cards`):
   ``succeeded``. Captures and voids of card 4000000000000333 are asynchronous: capture ->
   ``processing`` (``partially_captured_and_processing`` for a partial ``manual_multiple``
   capture), void -> ``processing``; the next tick settles them.
+- **Manual retry**: a ``failed`` payment (``manual_retry_allowed: true``) may be confirmed
+  again, with the attached or a new card: a new attempt (``attempt_count`` + 1), whose
+  outcome is the card's (``payment_succeeded`` after the earlier ``payment_failed``).
 - **Authorisation expiry**: an authorisation not captured within 7 days of being granted
   expires on the first tick at or after that: ``requires_capture`` and
   ``partially_authorized_and_requires_capture`` -> ``expired`` (``payment_expired``);
@@ -165,6 +168,9 @@ CANCELLABLE: Final = frozenset(
     }
 )
 CONFIRMABLE: Final = frozenset({"requires_payment_method", "requires_confirmation"})
+#: A confirm may also retry a payment whose attempt failed (Hyperswitch's manual retry: the
+#: response's ``manual_retry_allowed``): a new attempt, with the given or the attached card.
+RETRYABLE: Final = CONFIRMABLE | {"failed"}
 REFUNDABLE: Final = frozenset(
     {"succeeded", "partially_captured", "partially_captured_and_capturable"}
 )
@@ -649,15 +655,21 @@ class Sandbox:
             return payment.to_api()
 
     def confirm_payment(self, payment_id: str, body: fields.Body) -> JSONDict:
-        """``POST /payments/<id>/confirm``: authorise with the attached or the given card."""
+        """``POST /payments/<id>/confirm``: authorise with the attached or the given card
+        (also a manual retry of a ``failed`` payment: a new attempt)."""
         card, _payment_method_name, payment_method_type = _payment_method(body)
         return_url = fields.string(body, "return_url", max_length=1024)
         billing = fields.obj(body, "billing")
         mandate = _mandate_request(body)
         with self.lock:
             payment = self._payment(payment_id)
-            if payment.status not in CONFIRMABLE:
-                raise conflict(_state_message(payment, "confirmed", CONFIRMABLE))
+            if payment.status not in RETRYABLE:
+                raise conflict(_state_message(payment, "confirmed", RETRYABLE))
+            if payment.status == "failed":
+                # A new attempt: the failed one's error no longer describes the payment.
+                payment.unified_code = payment.unified_message = None
+                payment.error_code = payment.error_message = None
+                payment.error_details = None
             if card is not None:
                 payment.card = card
                 payment.payment_method_type = payment_method_type

@@ -27,9 +27,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 
 from receiver.core.clock import Clock, as_utc, utcnow
-from receiver.core.transitions import State, make_state
+from receiver.core.transitions import State, make_state, read_event
 from receiver.storage.database import MigrationTree, deferred_begin
-from receiver.storage.tables import InboxEvent, Projection
+from receiver.storage.tables import EventStatus, InboxEvent, Projection
 from reconcile.core.diff import Local
 from reconcile.core.errors import ReconcileLocked
 from reconcile.storage.tables import Adoption, ReconcileRun, RunLock, SeenBatch, Watermark
@@ -54,29 +54,33 @@ LOCK_NAME = "reconcile"
 
 #: PostgreSQL, one chunk in one statement: mark its ids seen (one row, the ids as a JSON
 #: array) and return the listed objects whose projected state (status and stage) is not the
-#: remote one, with the projection (NULLs when there is none). The ids, remote statuses and
-#: stages are three JSON arrays, zipped. The lookup is one primary-key probe per id
-#: (``LATERAL ... LIMIT 1`` keeps the planner from hashing the whole projection instead,
-#: which it prefers for a small table and which then costs a full scan per chunk).
+#: remote one, or whose projection was reached by a dead-lettered event, with the projection
+#: (NULLs when there is none). The ids, remote statuses and stages are three JSON arrays,
+#: zipped. The lookup is one primary-key probe per id, and one more for the projection's
+#: event (``LATERAL ... LIMIT 1`` keeps the planner from hashing the whole projection
+#: instead, which it prefers for a small table and which then costs a full scan per chunk).
 _OBSERVE_PG = text(
     "WITH marked AS ("
     "INSERT INTO hookledger_recon_seen_batch (run_id, kind, object_ids) "
     "VALUES (:run_id, :kind, :ids)) "
-    "SELECT listed.object_id, p.status, p.stage, p.event_pk "
+    "SELECT listed.object_id, p.status, p.stage, p.event_pk, p.dead "
     "FROM ROWS FROM (jsonb_array_elements_text(CAST(:ids AS jsonb)), "
     "jsonb_array_elements_text(CAST(:statuses AS jsonb)), "
     "jsonb_array_elements_text(CAST(:stages AS jsonb))) "
     "AS listed(object_id, remote_status, remote_stage) "
-    "LEFT JOIN LATERAL (SELECT status, stage, event_pk FROM hookledger_projection "
-    "WHERE object_kind = :kind AND object_id = listed.object_id LIMIT 1) AS p ON true "
+    "LEFT JOIN LATERAL (SELECT pr.status, pr.stage, pr.event_pk, "
+    "coalesce(ev.status = 'dead', false) AS dead FROM hookledger_projection AS pr "
+    "LEFT JOIN hookledger_event AS ev ON ev.id = pr.event_pk "
+    "WHERE pr.object_kind = :kind AND pr.object_id = listed.object_id LIMIT 1) AS p ON true "
     "WHERE p.status IS DISTINCT FROM listed.remote_status "
-    "OR p.stage IS DISTINCT FROM listed.remote_stage"
+    "OR p.stage IS DISTINCT FROM listed.remote_stage OR p.dead"
 )
 
 #: A chunk of remote objects: ``(object id, remote state)`` (``None``: no usable status).
 Listed = Sequence[tuple[str, State | None]]
-#: ``{object id: projection}`` of the objects whose projected state is not the remote one
-#: (``None``: none projected); the others are projected exactly as the remote state.
+#: ``{object id: projection}`` of the objects whose projected state is not the remote one,
+#: or was reached by a dead-lettered event (``None``: none projected); the others are
+#: projected exactly as the remote state, by an event that is not dead.
 Differing = dict[str, Local | None]
 
 
@@ -180,8 +184,9 @@ class ReconcileStore:
         also: Callable[[Connection], None] | None = None,
     ) -> Differing:
         """Mark a chunk of ``listed`` ids seen by the run (unless ``run_id`` is ``None``) and
-        return those whose projected state is not the remote one, with their projection
-        (``None``: not projected); the others are projected exactly as the remote state.
+        return those whose projected state is not the remote one (or was reached by a
+        dead-lettered event), with their projection (``None``: not projected); the others
+        are projected exactly as the remote state.
 
         On PostgreSQL one statement does it all (one round trip, atomic), and only the
         objects out of step come back. Elsewhere: the read, then the marks in a short write
@@ -222,24 +227,51 @@ class ReconcileStore:
                 also(conn)
         return {
             object_id: (
-                None if status is None else Local(make_state(kind, status, stage), int(event_pk))
+                None
+                if status is None
+                else Local(make_state(kind, status, stage), int(event_pk), dead=bool(dead))
             )
-            for object_id, status, stage, event_pk in rows
+            for object_id, status, stage, event_pk, dead in rows
         }
 
     def local_states(self, kind: str, object_ids: Sequence[str]) -> dict[str, Local]:
-        """The projection of each of ``object_ids`` that has one."""
+        """The projection of each of ``object_ids`` that has one (and whether the event that
+        put it there is dead-lettered)."""
         if not object_ids:
             return {}
         with self.reader.connect() as conn:
             rows = conn.execute(
-                select(P.c.object_id, P.c.status, P.c.stage, P.c.event_pk).where(
-                    P.c.object_kind == kind, P.c.object_id.in_(list(object_ids))
-                )
+                select(P.c.object_id, P.c.status, P.c.stage, P.c.event_pk, E.c.status)
+                .select_from(P.outerjoin(E, E.c.id == P.c.event_pk))
+                .where(P.c.object_kind == kind, P.c.object_id.in_(list(object_ids)))
             ).all()
         return {
-            r.object_id: Local(make_state(kind, r.status, r.stage), int(r.event_pk)) for r in rows
+            r[0]: Local(make_state(kind, r[1], r[2]), int(r[3]), dead=r[4] == EventStatus.DEAD)
+            for r in rows
         }
+
+    def waiting_states(self, kind: str, object_ids: Sequence[str]) -> dict[str, list[State]]:
+        """The states the events waiting in the inbox (pending or being processed) report,
+        for those of ``object_ids`` that have any."""
+        if not object_ids:
+            return {}
+        keys = {f"{kind}:{object_id}": object_id for object_id in object_ids}
+        found: dict[str, list[State]] = {}
+        with self.reader.connect() as conn:
+            # Only the object index: an object has few events, the inbox may hold a backlog
+            # (a status term would tempt SQLite's planner to read every open event).
+            rows = conn.execute(
+                select(
+                    E.c.object_key, E.c.status, E.c.event_type, E.c.object_status, E.c.object_stage
+                ).where(E.c.object_key.in_(list(keys)))
+            ).all()
+        for key, event_status, event_type, status, stage in rows:
+            if event_status not in EventStatus.OPEN:
+                continue
+            reading = read_event(kind, event_type, status, stage)
+            if reading.state is not None:
+                found.setdefault(keys[key], []).append(reading.state)
+        return found
 
     def with_history(self, kind: str, object_ids: Iterable[str]) -> set[str]:
         """Those of ``object_ids`` hookledger has a projection or any stored event of."""
@@ -306,7 +338,7 @@ class ReconcileStore:
 def _differs(local: Local | None, remote: State | None) -> bool:
     if local is None or remote is None:
         return local is not None or remote is not None
-    return local.state.key != remote.key
+    return local.state.key != remote.key or local.dead
 
 
 class RunLease:

@@ -81,9 +81,11 @@ class FollowedObject(Base, table=True):
     """An object the open-object sweep re-fetches by id until it settles or ages out.
 
     A row is written whenever the reconciler sees an object in a state that is not settled
-    for its kind (listed, fetched, or adopted); objects whose *projection* is not settled
-    are followed even without a row. ``next_check_at`` spaces the checks out as the object
-    ages (see :mod:`reconcile.recovery.sweep`).
+    for its kind (listed, fetched, or adopted), or finds an object out of step (a recovery
+    inserted or waiting, a projection reached by a dead-lettered event: kept, whatever its
+    remote state, until a later run finds it in sync); objects whose *projection* is not
+    settled are followed even without a row. ``next_check_at`` spaces the checks out as the
+    object ages (see :mod:`reconcile.recovery.sweep`); a kept object is checked at every run.
     """
 
     __tablename__ = "hookledger_recon_object"

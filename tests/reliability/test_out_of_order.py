@@ -235,7 +235,11 @@ class Harness:
         report = self.reconciler.run(scenario.window())
         self.reconcile_runs += 1
         self.recovered += report.recovered
-        assert report.unresolved == 0, report.as_dict()
+        # A run between two shuffled deliveries may find an object whose waiting events
+        # leave it short of the processor (the later webhook is still to come): behind,
+        # never ok; nothing else is ever unresolved.
+        behind = sum(part.behind for part in [*report.kinds.values(), *report.sweep.values()])
+        assert report.unresolved == behind, report.as_dict()
 
     def projection(self, scenario: Scenario) -> dict[str, str]:
         ids = {object_id for _, object_id in scenario.names}

@@ -334,3 +334,29 @@ def test_the_diff_recovers_a_later_decided_state_rather_than_calling_it_local_ah
     )
     assert isinstance(behind, diff.Remote)
     assert diff.compare(behind, local).verdict == "local_ahead"
+
+
+def test_the_diff_counts_a_state_reached_by_a_dead_letter_apart_from_in_sync() -> None:
+    """Issue 20, item 10 (pure side): the projection shows the processor's state, but the
+    event that put it there is dead-lettered: not in sync."""
+    import reconcile.core.diff as diff
+
+    remote = diff.read_remote("payment", {"payment_id": "pay_1", "status": "succeeded"})
+    assert isinstance(remote, diff.Remote)
+    done = diff.Local(at("payment", "succeeded"), event_pk=7)
+    dead = diff.Local(at("payment", "succeeded"), event_pk=7, dead=True)
+    assert diff.compare(remote, done).verdict == "in_sync"
+    assert diff.compare(remote, dead).verdict == "dead_letter"
+
+
+def test_what_waits_in_the_inbox_reaches_the_remote_state_or_leaves_it_short() -> None:
+    """Issue 20, item 9 (pure side): a waiting payment_failed from before the customer's
+    successful retry leaves the projection short of ``succeeded``."""
+    import reconcile.core.diff as diff
+
+    succeeded = at("payment", "succeeded")
+    assert not diff.reaches(succeeded, [at("payment", "failed")])
+    assert not diff.reaches(succeeded, [])
+    assert diff.reaches(succeeded, [at("payment", "failed"), succeeded])
+    # A waiting event past a listing read before it arrived: it takes the object further.
+    assert diff.reaches(at("payment", "requires_capture"), [succeeded])

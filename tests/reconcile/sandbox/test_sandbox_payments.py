@@ -160,6 +160,19 @@ def test_declines_carry_unified_code(api: Api, number: str, unified: str, error_
     assert payment["error_details"]["unified_details"]["message"] == payment["unified_message"]
 
 
+def test_a_failed_payment_can_be_retried(api: Api) -> None:
+    """Hyperswitch's manual retry (``manual_retry_allowed``): confirming a failed payment
+    again is a new attempt; its success clears the failed attempt's error."""
+    failed = api.pay("4000000000000002")
+    assert failed["status"] == "failed" and failed["manual_retry_allowed"] is True
+    path = f"/payments/{failed['payment_id']}/confirm"
+    retried = api.ok("POST", path, {"payment_method_data": card()})
+    assert retried["status"] == "succeeded" and retried["attempt_count"] == 2
+    assert retried["unified_code"] is None and retried["error_code"] is None
+    assert retried["manual_retry_allowed"] is False
+    assert error_of(api.post(path, {"payment_method_data": card()})) == (400, "HE_00")
+
+
 def test_past_expiry_declines_as_expired(api: Api) -> None:
     body = {
         "amount": 10,
