@@ -4,14 +4,14 @@ The store is four parts, one per concern, each on one :class:`Storage`:
 :class:`receiver.storage.inbox.Inbox` (receive), :class:`receiver.storage.queue.Queue` (claim and
 leases), :class:`receiver.storage.dispatch.Dispatcher` (guard, handlers, ledger, outcomes) and
 :class:`receiver.storage.operator_actions.Operations` (operator queries);
-:class:`receiver.store.Store`
-composes them. Every operation is one short transaction, and correctness never depends on a
-check followed by a separate write.
+:class:`receiver.store.Store` composes them. Every operation is one short transaction, and
+correctness never depends on a check followed by a separate write.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -61,3 +61,56 @@ def unavailable(cause: BaseException | None) -> StorageUnavailable:
     error = StorageUnavailable()
     error.__cause__ = cause
     return error
+
+
+#: PostgreSQL's conflicts between concurrent transactions (SQLSTATE): worth another try soon.
+TRANSIENT_SQLSTATES: Final = {
+    "40001": "serialization failure",
+    "40P01": "deadlock",
+    "55P03": "lock not available",
+    "57014": "statement or lock timeout",
+}
+
+
+def driver_error(exc: BaseException) -> BaseException | None:
+    """The database driver's own exception behind ``exc`` (SQLAlchemy's ``orig``, or ``exc``
+    itself when a handler used the driver directly), if it is one."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    module = type(orig).__module__.split(".")[0]
+    return orig if module in ("sqlite3", "psycopg", "psycopg2") else None
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a PostgreSQL error (``None`` for SQLite and for anything else)."""
+    orig = driver_error(exc)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return str(state) if state else None
+
+
+def is_transient_conflict(exc: BaseException) -> bool:
+    """A conflict with another transaction that a retry soon may not meet: SQLite busy or
+    locked, a PostgreSQL deadlock, lock or statement timeout, or serialization failure."""
+    orig = driver_error(exc)
+    if orig is None:
+        return False
+    name = str(getattr(orig, "sqlite_errorname", "") or "")
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return True
+    if type(orig).__module__.split(".")[0] == "sqlite3" and not name:
+        return str(orig).startswith(("database is locked", "database table is locked"))
+    return sqlstate(exc) in TRANSIENT_SQLSTATES
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` came from a database (through SQLAlchemy or a driver used directly)."""
+    return isinstance(exc, DBAPIError) or driver_error(exc) is not None
+
+
+def describe_database_error(exc: BaseException) -> str:
+    """One line naming a database error: its class, SQLSTATE and the driver's first line;
+    never the statement's parameters."""
+    orig = driver_error(exc) or exc
+    state = sqlstate(exc)
+    first = (str(orig).strip().splitlines() or [""])[0][:200]
+    label = type(orig).__name__ + (f" (SQLSTATE {state})" if state else "")
+    return f"{label}: {first}" if first else label

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 from sqlalchemy.orm import Session
 
 import receiver.core.guard as guard
@@ -26,7 +26,12 @@ from receiver.core.clock import as_utc
 from receiver.core.defer import Defer
 from receiver.core.retry import RetryPolicy
 from receiver.core.transitions import Reading, make_state, read_event
-from receiver.storage.context import Storage, is_unavailable
+from receiver.storage.context import (
+    Storage,
+    describe_database_error,
+    is_database_error,
+    is_transient_conflict,
+)
 from receiver.storage.operator_actions import read_cutover
 from receiver.storage.queue import Claimed
 from receiver.storage.sealed_columns import seal_outcomes
@@ -34,6 +39,11 @@ from receiver.storage.sql import Outcomes
 from receiver.storage.tables import DEFERRED_PREFIX, EventStatus, Source
 
 log = logging.getLogger("receiver.store")
+
+#: A handler whose only failures were conflicts with other transactions (a deadlock, a lock
+#: or statement timeout, SQLite busy) is tried again within this many seconds; the attempt
+#: still counts, so a conflict that never clears ends in the dead-letter like any failure.
+TRANSIENT_RETRY_SECONDS = 1.0
 
 #: A handler as the store runs it: (ledger name, call with the session, needs the session).
 HandlerCall = tuple[str, Callable[[Session], None], bool]
@@ -188,11 +198,13 @@ class Dispatcher:
                         finals.append(self._final(c, verdict.decision, verdict.reason, now))
                         outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
                         continue
-                    ran, failures, deferrals = self._run_handlers(
+                    ran, failures, deferrals, only_conflicts = self._run_handlers(
                         session, c, work.handlers, done.get(c.pk, set()), ledger, now
                     )
                     if failures:
-                        final = self._final(c, "failed", "\n".join(failures), now)
+                        final = self._final(
+                            c, "failed", "\n".join(failures), now, soon=only_conflicts
+                        )
                     elif deferrals:
                         final = self._deferred(c, deferrals, now)
                     else:
@@ -241,10 +253,11 @@ class Dispatcher:
         done: set[str],
         ledger: list[dict[str, Any]],
         now: datetime,
-    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[Defer, ...]]:
+    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[Defer, ...], bool]:
         ran: list[str] = []
         failures: list[str] = []
         deferrals: list[Defer] = []
+        transient: list[str] = []
         for name, call, needs_session in handlers:
             if name in done:
                 continue
@@ -255,22 +268,33 @@ class Dispatcher:
                 if savepoint is not None:
                     session.flush()
             except Exception as exc:  # noqa: BLE001 - a handler may raise anything
-                if isinstance(exc, DBAPIError) and is_unavailable(exc):
-                    raise  # the database failed, not the handler: abort the batch
-                if savepoint is not None:
-                    savepoint.rollback()
+                # Judged by the connection, not the exception's class (SQLite reports almost
+                # every SQL error as OperationalError, PostgreSQL a deadlock too): when the
+                # handler's savepoint rolls back and the connection still answers, the
+                # handler failed; otherwise the database did, and the batch is aborted.
+                if (
+                    (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+                    or not _rolled_back(savepoint)
+                    or (is_database_error(exc) and not _answers(session))
+                ):
+                    raise
                 if isinstance(exc, Defer):
                     ledger.append(_ledger_row(claimed.pk, name, "deferred", exc.reason, now))
                     deferrals.append(exc)
                     continue
+                if is_database_error(exc):
+                    _hide_parameters(exc)
+                    if is_transient_conflict(exc):
+                        transient.append(name)
                 ledger.append(_ledger_row(claimed.pk, name, "failed", _describe(exc), now))
-                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+                failures.append(f"{name}: {type(exc).__name__}: {_first_line(exc)}")
             else:
                 if savepoint is not None:
                     savepoint.commit()
                 ledger.append(_ledger_row(claimed.pk, name, "succeeded", None, now))
                 ran.append(name)
-        return tuple(ran), tuple(failures), tuple(deferrals)
+        only_conflicts = len(transient) == len(failures) > 0
+        return tuple(ran), tuple(failures), tuple(deferrals), only_conflicts
 
     # -- how a claimed event is closed ----------------------------------------------------
 
@@ -302,7 +326,13 @@ class Dispatcher:
         return final
 
     def _final(
-        self, claimed: Claimed, status: str, error: str | None, now: datetime
+        self,
+        claimed: Claimed,
+        status: str,
+        error: str | None,
+        now: datetime,
+        *,
+        soon: bool = False,
     ) -> dict[str, Any]:
         """The row update that closes a claimed event (``b_`` keys, see
         :class:`receiver.storage.sql.Outcomes`)."""
@@ -322,6 +352,8 @@ class Dispatcher:
             else:
                 status = EventStatus.PENDING
                 delay = self.retry.delay(claimed.attempts, self._rng)
+                if soon:  # a conflict with another transaction: again soon, still counted
+                    delay = min(delay, TRANSIENT_RETRY_SECONDS * self._rng.uniform(0.5, 1.0))
                 next_attempt = now + timedelta(seconds=delay)
         finished = status in EventStatus.TERMINAL and status != EventStatus.DEAD
         return {
@@ -358,6 +390,44 @@ def _ledger_row(
     }
 
 
+def _rolled_back(savepoint: Any) -> bool:
+    """Roll back a handler's savepoint (if it had one); ``False`` when the database did not
+    answer the rollback."""
+    if savepoint is None:
+        return True
+    try:
+        savepoint.rollback()
+    except SQLAlchemyError:
+        return False
+    return True
+
+
+def _answers(session: Session) -> bool:
+    """Whether the batch's connection still answers (after the handler's savepoint was rolled
+    back, its transaction is usable again on both databases)."""
+    try:
+        session.connection().exec_driver_sql("SELECT 1").scalar()
+    except SQLAlchemyError:
+        return False
+    return True
+
+
+def _hide_parameters(exc: BaseException) -> None:
+    """A handler's statement parameters (customer data, say) never reach the ledger or a log."""
+    if isinstance(exc, StatementError):
+        exc.hide_parameters = True
+
+
+def _first_line(exc: BaseException) -> str:
+    if is_database_error(exc):
+        return describe_database_error(exc)
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 def _describe(exc: BaseException, limit: int = 4000) -> str:
+    """The traceback a failed handler leaves in the ledger; a database error's last line
+    names its class and SQLSTATE (its parameters are hidden, see :func:`_hide_parameters`)."""
     text_ = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if is_database_error(exc):
+        text_ += describe_database_error(exc) + "\n"
     return text_[-limit:]

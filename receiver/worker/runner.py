@@ -28,6 +28,7 @@ from receiver.core.defer import Defer
 from receiver.core.errors import BodyRedacted, DataUnavailable, MalformedEvent
 from receiver.core.events import parse_event
 from receiver.core.registry import Registry
+from receiver.storage.context import describe_database_error, is_database_error
 from receiver.storage.dispatch import HandlerCall, Outcome, Work
 from receiver.storage.filelock import WritersLock
 from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
@@ -93,6 +94,8 @@ class Worker:
         #: SQLite: events per transaction, adapted to :data:`SQLITE_TURN_SECONDS`.
         self._turn = 1
         self._held_since_long_pause = 0.0
+        #: Claimed events of a batch the database failed under, to give back when it answers.
+        self._stranded: list[Claimed] = []
 
     def __repr__(self) -> str:
         return f"Worker(name={self.name!r})"
@@ -105,7 +108,10 @@ class Worker:
         """Process events until :meth:`stop` (or, with ``burst``, until none is due).
 
         Storage failures (database down, network cut) do not end the worker: it logs them,
-        backs off and carries on; its leases expire and nothing is lost meanwhile.
+        backs off and carries on, and nothing is lost meanwhile. The leases of the batch it
+        was working on are given back (attempt returned) as soon as the database answers
+        again, so those events need not wait for their leases to expire; ``burst`` never
+        returns while it still holds one.
         """
         log.info("worker started", extra={"action": "worker_start", "worker": self.name})
         beater = Beater(self.store.engine, self.name) if self.heartbeat else None
@@ -115,12 +121,13 @@ class Worker:
             if beater is not None:
                 beater.beat(self.processed, monotonic=time.monotonic())
             try:
+                self._give_back_stranded()
                 worked = self.run_once()
             except SQLAlchemyError as exc:  # the database went away mid-batch, for example
                 log.error(
                     "storage unavailable, retrying in %.1f s: %s",
                     pause,
-                    type(getattr(exc, "orig", None) or exc).__name__,
+                    describe_database_error(exc),
                     extra={"action": "worker_storage_error", "worker": self.name},
                 )
                 self.stopping.wait(pause)
@@ -130,7 +137,7 @@ class Worker:
             if worked:
                 idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
                 continue
-            if burst:
+            if burst and not self._stranded:
                 break
             self.stopping.wait(idle)
             idle = min(idle * 2, self.config.poll_interval)
@@ -141,6 +148,14 @@ class Worker:
             extra={"action": "worker_stop", "worker": self.name, "processed": self.processed},
         )
         return self.processed
+
+    def _give_back_stranded(self) -> None:
+        """Give back the leases of a batch the database failed under, once it answers again:
+        each event that is still ours is pending again with its attempt returned (the outage
+        was not the event's failure); one that was finished meanwhile is left alone."""
+        while self._stranded:
+            self.store.queue.release(self._stranded[-1])
+            self._stranded.pop()
 
     def drain(self, *, max_events: int = 100_000) -> int:
         """Process every due event inline, then return how many were processed."""
@@ -179,6 +194,11 @@ class Worker:
                 outcomes = self._dispatch_yielding(works)
             else:
                 outcomes = self.store.dispatcher.dispatch_many(works)
+        except SQLAlchemyError:
+            # The database failed under the batch (a handler's own failure is recorded, not
+            # raised): its events stay ours until given back (see _give_back_stranded).
+            self._stranded.extend(batch)
+            raise
         finally:
             heartbeat.stop()
         self._report(works, outcomes, timings)
@@ -348,7 +368,9 @@ class Worker:
                     log.warning(
                         "handler failed: %s: %s",
                         type(error).__name__,
-                        _first_line(str(error)),
+                        describe_database_error(error)
+                        if is_database_error(error)
+                        else _first_line(str(error)),
                         extra=_about(claimed, action="handler_failed", handler=name),
                     )
                     signals.send(
