@@ -501,8 +501,17 @@ class _Heartbeat:
                 return
             try:
                 kept = self._store.queue.renew(held, self._lease)
-            except Exception:  # noqa: BLE001 - keep trying; the lease may still hold
-                log.exception("could not renew the lease", extra={"action": "lease_renew"})
+            except Exception as exc:  # noqa: BLE001 - keep trying; the lease may still hold
+                # Named, not traced: a database error's text carries the statement's
+                # parameters. On SQLite a renewal waits for (and may time out on) the write
+                # lock the dispatch holds while its handlers run; the lease needs no renewal
+                # meanwhile, since nobody else can take it (see Dispatcher._still_held).
+                log.log(
+                    logging.DEBUG if self._store.single_writer else logging.WARNING,
+                    "could not renew the lease: %s",
+                    type(getattr(exc, "orig", None) or exc).__name__,
+                    extra={"action": "lease_renew"},
+                )
                 continue
             if kept < len(held):
                 log.warning(

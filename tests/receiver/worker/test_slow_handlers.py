@@ -1,0 +1,132 @@
+"""A handler slower than the lease runs once (issue 20, items 2 and 3).
+
+Real threads, real clock, a short lease (1 s) and a handler that sleeps 2.5 s, on both
+databases: two workers polling the queue (item 2), and ``observe(..., dispatch=True)`` with a
+worker polling beside it (item 3). Before the fix, on SQLite the dispatch held the write lock
+while the handler ran, so the lease could not be renewed, the commit found it expired and
+rolled back, and the handler ran again, up to ``MAX_ATTEMPTS`` times; the inline dispatch of
+``observe`` renewed no lease at all, so on PostgreSQL a worker took the object over.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import receiver.storage.database as db
+from receiver.core.events import Event, parse_event
+from receiver.core.registry import Registry
+from receiver.core.retry import RetryPolicy
+from receiver.extension import WebhookReceiver
+from receiver.store import Store
+from receiver.testing.factories import build_event, encode
+from receiver.worker.runner import Worker, WorkerConfig
+from tests.conftest import AppFactory
+
+pytestmark = pytest.mark.storage
+
+LEASE = 1.0
+SLOW = 2.5
+#: Long enough for eight runs of the slow handler: the test never waits for a deadline
+#: unless the fix is missing, and then it stops as soon as the handler runs a second time.
+PATIENCE = 60.0
+
+
+class SlowShop:
+    """A handler that takes longer than the lease, counting its runs."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: Counter[str] = Counter()
+        self.second_run = threading.Event()
+
+    def ship(self, event: Event) -> None:
+        with self.lock:
+            self.runs[event.event_id] += 1
+            if self.runs[event.event_id] > 1:
+                self.second_run.set()
+        time.sleep(SLOW)
+
+
+def _wait_until(predicate: Any, give_up: threading.Event) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not predicate() and not give_up.is_set() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_handler_slower_than_the_lease_runs_once_with_two_workers_polling(
+    database_url: str, engine: sa.Engine
+) -> None:
+    shop = SlowShop()
+    registry = Registry()
+    registry.on("payment_succeeded", name="ship")(shop.ship)
+    engines = [db.make_engine(database_url) for _ in range(2)]
+    retry = RetryPolicy(max_attempts=8, base_seconds=0, max_seconds=0)
+    config = WorkerConfig(lease_seconds=LEASE, poll_interval=0.05, batch_size=4)
+    workers = [
+        Worker(Store(eng, retry=retry), registry, config, name=f"slow-{i}")
+        for i, eng in enumerate(engines)
+    ]
+    body = encode(build_event("payment_succeeded", object_id="pay_slow"))
+    event = parse_event(body)
+    store = workers[0].store
+    store.inbox.insert(event, body)
+    threads = [threading.Thread(target=w.run, name=w.name) for w in workers]
+    try:
+        for thread in threads:
+            thread.start()
+        pk = _pk(store, event.event_id)
+        _wait_until(
+            lambda: store.queue.status_of(pk) not in ("pending", "processing"), shop.second_run
+        )
+        time.sleep(0.3)  # a second run, if one were coming, would have begun by now
+    finally:
+        for worker in workers:
+            worker.stop()
+        for thread in threads:
+            thread.join(PATIENCE)
+        for eng in engines:
+            eng.dispose()
+    assert shop.runs == Counter({event.event_id: 1})
+    row = store.operations.get(event.event_id)
+    assert row is not None and row.status == "done", row
+    runs = store.operations.handler_runs(row.id or 0)
+    assert (runs["ship"].status, runs["ship"].attempts) == ("succeeded", 1)
+    assert row.attempts == 1
+
+
+def test_observe_dispatching_a_slow_handler_inline_runs_it_once_beside_a_worker(
+    make_app: AppFactory,
+) -> None:
+    shop = SlowShop()
+    hooks = WebhookReceiver()
+    hooks.on("payment_succeeded", name="ship")(shop.ship)
+    app, hooks = make_app(hooks, LEASE_SECONDS=LEASE, POLL_INTERVAL=0.05)
+    state = WebhookReceiver.state(app)
+    worker = state.worker(name="beside")
+    thread = threading.Thread(target=worker.run, name="beside")
+    thread.start()
+    try:
+        built = build_event("payment_succeeded", object_id="pay_inline")
+        resource = dict(built["content"]["object"])
+        with app.app_context():
+            seen = hooks.observe(resource, dispatch=True, wait=PATIENCE)
+        time.sleep(0.3)  # the worker polls meanwhile: it finds nothing to run
+    finally:
+        worker.stop()
+        thread.join(PATIENCE)
+    assert (seen.stored, seen.status, seen.dispatched_here) == ("inserted", "done", True)
+    assert shop.runs == Counter({seen.event_id: 1})
+    row = state.store.operations.get(str(seen.event_id))
+    assert row is not None and row.status == "done" and row.attempts == 1, row
+
+
+def _pk(store: Store, event_id: str) -> int:
+    row = store.operations.get(event_id)
+    assert row is not None and row.id is not None
+    return row.id
