@@ -253,7 +253,12 @@ class Worker:
         """Process one object's events inline, in order, up to and including ``event_pk``;
         return that event's status, or ``None`` when it could not be reached within ``wait``
         seconds (another worker holds the object, or an earlier event of it waits for a
-        retry): it is then queued, and a worker dispatches it.
+        retry), or when this call lost its lease to another worker while the handlers ran
+        (their writes through the session are rolled back): it is then queued, and a worker
+        dispatches it.
+
+        The lease is renewed while the handlers run, as :meth:`run_once` renews a batch's,
+        so a handler slower than the lease runs once.
         """
         deadline = time.monotonic() + wait
         for _ in range(1000):
@@ -266,9 +271,15 @@ class Worker:
                     return status if status not in EventStatus.OPEN else None
                 self.stopping.wait(0.02)
                 continue
-            status = self.process(claimed)
+            heartbeat = _Heartbeat(self.store, [claimed], self.config.lease_seconds)
+            heartbeat.start()
+            try:
+                status = self.process(claimed)
+            finally:
+                heartbeat.stop()
             if claimed.pk == event_pk:
-                return status
+                # Lost to another worker (or closed by it): that worker's answer, not ours.
+                return None if status in _TAKEN_OVER else status
         return None
 
     def _work(self, claimed: Claimed, timings: dict[int, _Timings]) -> Work | None:
@@ -421,6 +432,9 @@ def writers_lock(store: Store) -> WritersLock | None:
         return None
     return WritersLock(database + WRITERS_LOCK_SUFFIX)
 
+
+#: What :meth:`Worker.process` answers when another worker took the event over.
+_TAKEN_OVER = ("lease_lost", EventStatus.PROCESSING)
 
 #: Outcomes the guard decided (the event was recorded, not dispatched).
 _GUARDED = (EventStatus.STALE, EventStatus.DUPLICATE)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -130,3 +131,49 @@ def _pk(store: Store, event_id: str) -> int:
     row = store.operations.get(event_id)
     assert row is not None and row.id is not None
     return row.id
+
+
+def test_observe_whose_lease_another_worker_took_answers_none_and_that_worker_runs_it(
+    engine: sa.Engine,
+) -> None:
+    """The documented answer when the inline dispatch loses its lease (its renewals failed
+    for longer than the lease, here played by a clock the handler moves): ``None``, queued,
+    its session writes rolled back; the worker that took the object runs the handlers."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip(
+            "on SQLite nobody can take a lease while a dispatch holds the write lock: the "
+            "inline dispatch keeps it however long its handlers take (tests above)"
+        )
+    clock = _Clock()
+    retry = RetryPolicy(max_attempts=5, base_seconds=0, max_seconds=0)
+    store = Store(engine, clock=clock, retry=retry)
+    registry = Registry()
+    taken: list[Any] = []
+
+    @registry.on("payment_succeeded", name="ship")
+    def ship(event: Event, session: Any) -> None:
+        session.execute(sa.text("CREATE TABLE IF NOT EXISTS shipped (event_id VARCHAR(64))"))
+        session.execute(sa.text("INSERT INTO shipped VALUES (:e)"), {"e": event.event_id})
+        if not taken:  # the inline run: its lease is taken over while it runs
+            clock.now += timedelta(seconds=120)
+            taken.append(Store(engine, clock=clock, retry=retry).queue.claim("other", 60.0))
+
+    body = encode(build_event("payment_succeeded", object_id="pay_taken_inline"))
+    event = parse_event(body)
+    inserted = store.inbox.insert(event, body)
+    inline = Worker(store, registry, WorkerConfig(lease_seconds=60.0), name="inline:test")
+    assert inline.process_object("payment:pay_taken_inline", inserted.pk, wait=0.0) is None
+    assert taken[0] is not None and taken[0].pk == inserted.pk  # the other worker has it
+    row = store.operations.get(event.event_id)
+    assert row is not None and row.status == "processing" and row.lease_owner == "other"
+    assert not sa.inspect(engine).has_table("shipped")  # the inline run's writes rolled back
+    outcome = store.dispatcher.dispatch(taken[0], [("ship", lambda session: None, True)])
+    assert outcome.status == "done"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
