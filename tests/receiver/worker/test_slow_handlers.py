@@ -10,6 +10,7 @@ rolled back, and the handler ran again, up to ``MAX_ATTEMPTS`` times; the inline
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import Counter
@@ -177,3 +178,81 @@ class _Clock:
 
     def __call__(self) -> datetime:
         return self.now
+
+
+def test_lifecycles_with_handlers_slower_than_the_lease_at_random_dispatch_each_transition_once(
+    database_url: str, engine: sa.Engine
+) -> None:
+    """A focused lifecycle check with slow handlers (the 120-day property test runs under a
+    frozen clock with an inline worker, where a handler slower than the lease would have to
+    move the clock and, on PostgreSQL, then wait in real time for the heartbeat thread at
+    every slow call; here time is real): payments that go ``processing`` then
+    ``succeeded``, delivered shuffled, with a second delivery of the success under another
+    event id, two workers polling, and a handler that sleeps past the lease (0.5 s) for a
+    random half of the events. Every event ends closed (none dead), every transition reaches
+    the handler exactly once, and every payment ends ``succeeded``."""
+    rng = random.Random(20)
+    lease = 0.5
+    lock = threading.Lock()
+    calls: Counter[tuple[str, str]] = Counter()
+    by_event: Counter[str] = Counter()
+    slow: set[str] = set()
+    registry = Registry()
+
+    @registry.on("payment_processing", "payment_succeeded", name="record")
+    def record(event: Event) -> None:
+        with lock:
+            calls[(event.payment.payment_id or "", event.event_type or "")] += 1
+            by_event[event.event_id] += 1
+        if event.event_id in slow:
+            time.sleep(2 * lease)
+
+    engines = [db.make_engine(database_url) for _ in range(2)]
+    retry = RetryPolicy(max_attempts=8, base_seconds=0, max_seconds=0)
+    config = WorkerConfig(lease_seconds=lease, poll_interval=0.05, batch_size=4)
+    workers = [
+        Worker(Store(eng, retry=retry), registry, config, name=f"life-{i}")
+        for i, eng in enumerate(engines)
+    ]
+    store = workers[0].store
+    t0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    bodies = []
+    payments = [f"pay_life{i}" for i in range(4)]
+    for i, payment in enumerate(payments):
+        at = t0 + timedelta(minutes=i)
+        bodies.append(encode(build_event("payment_processing", object_id=payment, timestamp=at)))
+        for _ in range(2):  # the success, delivered twice under two event ids
+            succeeded = build_event(
+                "payment_succeeded", object_id=payment, timestamp=at + timedelta(seconds=10)
+            )
+            bodies.append(encode(succeeded))
+    rng.shuffle(bodies)
+    events = [parse_event(body) for body in bodies]
+    slow.update(e.event_id for e in events if rng.random() < 0.5)
+    assert slow
+    threads = [threading.Thread(target=w.run, name=w.name) for w in workers]
+    try:
+        for thread in threads:
+            thread.start()
+        for event, body in zip(events, bodies, strict=True):
+            store.inbox.insert(event, body)
+        pks = [_pk(store, e.event_id) for e in events]
+        _wait_until(
+            lambda: all(store.queue.status_of(pk) not in ("pending", "processing") for pk in pks),
+            threading.Event(),
+        )
+    finally:
+        for worker in workers:
+            worker.stop()
+        for thread in threads:
+            thread.join(PATIENCE)
+        for eng in engines:
+            eng.dispose()
+    statuses = {e.event_id: store.queue.status_of(_pk(store, e.event_id)) for e in events}
+    assert set(statuses.values()) <= {"done", "stale", "duplicate"}, statuses
+    assert all(n == 1 for n in by_event.values()), by_event
+    for payment in payments:
+        assert calls[(payment, "payment_succeeded")] == 1, calls
+        assert calls[(payment, "payment_processing")] <= 1, calls
+        projection = store.operations.projection("payment", payment)
+        assert projection is not None and projection.status == "succeeded"
