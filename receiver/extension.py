@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -121,9 +122,11 @@ class WebhookReceiver:
         - ``dispatch=True`` (without ``session``): run the handlers inline, now, in this
           process, after any earlier event of the object; the result's ``status`` says
           whether this call dispatched the transition (``done``) or found it dispatched
-          already (``duplicate``). ``None`` means another worker holds the object, or an
-          earlier event of it waits for a retry, for longer than ``wait`` seconds: it is
-          queued, and a worker dispatches it.
+          already (``duplicate``); see the README ("Your own API calls") for every value.
+          ``None`` means another worker holds the object, or an earlier event of it waits
+          for a retry, for longer than ``wait`` seconds, or that this call's lease was taken
+          over while the handlers ran (their session writes rolled back): it is queued, and
+          a worker dispatches it. The lease is renewed while the handlers run.
         """
         from receiver.core.clock import utcnow
         from receiver.core.observe import Observation, build
@@ -154,7 +157,9 @@ class WebhookReceiver:
             inserted = state.store.inbox.insert(event, body, source=Source.API)
         status = None
         if dispatch and inserted.result != "conflict":
-            worker = state.worker(name=f"inline:{os.getpid()}")
+            # A name of its own per call: a lease names its holder, and two threads of one
+            # process observing one object must not pass for one another.
+            worker = state.worker(name=f"inline:{os.getpid()}:{uuid.uuid4().hex[:8]}")
             status = worker.process_object(f"{kind}:{object_id}", inserted.pk, wait=wait)
         return Observation(
             kind=kind,

@@ -37,8 +37,10 @@ class Observation:
     before), ``conflict`` or ``no_event`` (a status the processor sends no event for: nothing
     to dispatch). ``status``: with ``dispatch=True``, the event's status after it was
     processed inline (``done``: this response dispatched the transition; ``duplicate``: a
-    webhook or the reconciler dispatched it first; ``stale``; ``deferred``), or ``None``
-    when it is queued for the worker.
+    webhook or the reconciler dispatched it first; ``stale``; ``deferred``; ``pending``: a
+    handler failed and is retried; ``dead``), or ``None`` when it is queued for the worker
+    (another worker held the object, or took it over from this call, see the README's
+    "Your own API calls").
     """
 
     kind: str

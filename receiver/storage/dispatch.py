@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 from sqlalchemy.orm import Session
 
@@ -36,6 +36,7 @@ from receiver.storage.operator_actions import read_cutover
 from receiver.storage.queue import Claimed
 from receiver.storage.sealed_columns import seal_outcomes
 from receiver.storage.sql import Outcomes
+from receiver.storage.sql.tables import EVENT, LEASE
 from receiver.storage.tables import DEFERRED_PREFIX, EventStatus, Source
 
 log = logging.getLogger("receiver.store")
@@ -150,6 +151,8 @@ class Dispatcher:
         with Session(self.storage.engine) as session:
             with session.begin():
                 conn = session.connection()
+                if not self._still_held(conn, works, now):
+                    raise _LeaseLost()  # before any handler ran: retried one by one
                 owners, currents, done = self._load_guard_state(conn, works)
                 cutover = read_cutover(conn)
                 for work in works:
@@ -224,6 +227,33 @@ class Dispatcher:
                 if not self._sql.write_outcomes(conn, written, self.storage.now()):
                     raise _LeaseLost()  # rolls back the handlers' writes too
         return outcomes
+
+    def _still_held(self, conn: Connection, works: Sequence[Work], now: datetime) -> bool:
+        """Whether the worker still holds every event of the batch (the event's lease and
+        its object's lease name it), checked before any handler runs, so that a worker whose
+        lease was taken over does not run the handlers the new owner runs.
+
+        On SQLite the transaction holds the database's only write lock from here to its
+        commit, and an expired lease that still names the worker is still its own (taking
+        a lease writes the taker's name): its handlers may take longer than the lease, and
+        the commit accepts it (:data:`receiver.storage.sql.sqlite.CLOSE_EVENT`). On
+        PostgreSQL another worker may take an expired lease at any time, so it must be
+        unexpired (the worker's heartbeat renews it while the handlers run); the commit
+        checks again, under row locks."""
+        pks = [w.claimed.pk for w in works]
+        rows = conn.execute(
+            select(EVENT.c.id, EVENT.c.lease_owner, LEASE.c.owner, LEASE.c.expires_at)
+            .select_from(EVENT.join(LEASE, LEASE.c.object_key == EVENT.c.object_key))
+            .where(self._sql.among(EVENT.c.id, pks))
+        ).all()
+        found = {int(r[0]): r for r in rows}
+        for work in works:
+            row = found.get(work.claimed.pk)
+            if row is None or row[1] != work.claimed.owner or row[2] != work.claimed.owner:
+                return False
+            if not self._sql.single_writer and as_utc(row[3]) < now:
+                return False
+        return True
 
     def _load_guard_state(self, conn: Connection, works: Sequence[Work]) -> GuardState:
         """What the guard needs of a batch's objects: the owners of the incoming states'

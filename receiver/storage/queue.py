@@ -164,20 +164,25 @@ class Queue:
             return conn.execute(select(EVENT.c.status).where(EVENT.c.id == pk)).scalar()
 
     def renew(self, claimed: Sequence[Claimed], lease_seconds: float) -> int:
-        """Extend the leases of ``claimed``; returns how many object leases are still held."""
+        """Extend the leases of ``claimed``; returns how many object leases are not another
+        worker's: still held (and extended), or freed meanwhile (the event was finished: a
+        renewal that waited for SQLite's write lock runs after the dispatch committed)."""
         if not claimed:
             return 0
         owner = claimed[0].owner
+        keys = [c.object_key for c in claimed]
         expires = self.storage.now() + timedelta(seconds=lease_seconds)
         with self.storage.engine.begin() as conn:
-            rows = conn.execute(
+            others = conn.execute(
+                select(func.count())
+                .select_from(LEASE)
+                .where(self._sql.among(LEASE.c.object_key, keys), LEASE.c.owner != owner)
+            ).scalar_one()
+            conn.execute(
                 update(LEASE)
-                .where(
-                    self._sql.among(LEASE.c.object_key, [c.object_key for c in claimed]),
-                    LEASE.c.owner == owner,
-                )
+                .where(self._sql.among(LEASE.c.object_key, keys), LEASE.c.owner == owner)
                 .values(expires_at=expires)
-            ).rowcount
+            )
             conn.execute(
                 update(EVENT)
                 .where(
@@ -186,7 +191,7 @@ class Queue:
                 )
                 .values(lease_expires_at=expires)
             )
-        return int(rows)
+        return len(set(keys)) - int(others)
 
     def release(self, claimed: Claimed) -> None:
         """Give an event back untouched (graceful shutdown before it started)."""

@@ -273,7 +273,12 @@ class Worker:
         """Process one object's events inline, in order, up to and including ``event_pk``;
         return that event's status, or ``None`` when it could not be reached within ``wait``
         seconds (another worker holds the object, or an earlier event of it waits for a
-        retry): it is then queued, and a worker dispatches it.
+        retry), or when this call lost its lease to another worker while the handlers ran
+        (their writes through the session are rolled back): it is then queued, and a worker
+        dispatches it.
+
+        The lease is renewed while the handlers run, as :meth:`run_once` renews a batch's,
+        so a handler slower than the lease runs once.
         """
         deadline = time.monotonic() + wait
         for _ in range(1000):
@@ -286,9 +291,15 @@ class Worker:
                     return status if status not in EventStatus.OPEN else None
                 self.stopping.wait(0.02)
                 continue
-            status = self.process(claimed)
+            heartbeat = _Heartbeat(self.store, [claimed], self.config.lease_seconds)
+            heartbeat.start()
+            try:
+                status = self.process(claimed)
+            finally:
+                heartbeat.stop()
             if claimed.pk == event_pk:
-                return status
+                # Lost to another worker (or closed by it): that worker's answer, not ours.
+                return None if status in _TAKEN_OVER else status
         return None
 
     def _work(self, claimed: Claimed, timings: dict[int, _Timings]) -> Work | None:
@@ -444,6 +455,9 @@ def writers_lock(store: Store) -> WritersLock | None:
     return WritersLock(database + WRITERS_LOCK_SUFFIX)
 
 
+#: What :meth:`Worker.process` answers when another worker took the event over.
+_TAKEN_OVER = ("lease_lost", EventStatus.PROCESSING)
+
 #: Outcomes the guard decided (the event was recorded, not dispatched).
 _GUARDED = (EventStatus.STALE, EventStatus.DUPLICATE)
 
@@ -523,8 +537,17 @@ class _Heartbeat:
                 return
             try:
                 kept = self._store.queue.renew(held, self._lease)
-            except Exception:  # noqa: BLE001 - keep trying; the lease may still hold
-                log.exception("could not renew the lease", extra={"action": "lease_renew"})
+            except Exception as exc:  # noqa: BLE001 - keep trying; the lease may still hold
+                # Named, not traced: a database error's text carries the statement's
+                # parameters. On SQLite a renewal waits for (and may time out on) the write
+                # lock the dispatch holds while its handlers run; the lease needs no renewal
+                # meanwhile, since nobody else can take it (see Dispatcher._still_held).
+                log.log(
+                    logging.DEBUG if self._store.single_writer else logging.WARNING,
+                    "could not renew the lease: %s",
+                    type(getattr(exc, "orig", None) or exc).__name__,
+                    extra={"action": "lease_renew"},
+                )
                 continue
             if kept < len(held):
                 log.warning(

@@ -158,7 +158,10 @@ class Statements(ABC):
         """Write a batch's outcomes and free its object leases, in the caller's transaction.
 
         Returns ``False`` unless every event was still leased to its worker, and every
-        event's *object* lease was still that worker's and unexpired at ``now``: the caller
-        must then roll back (another worker may own the object; its handlers' effects, not
-        these, are the ones that count). The check and the writes are one atomic step.
+        event's *object* lease was still that worker's and (PostgreSQL) unexpired at ``now``:
+        the caller must then roll back (another worker may own the object; its handlers'
+        effects, not these, are the ones that count). The check and the writes are one
+        atomic step. On SQLite (:attr:`single_writer`) an expired lease that still names the
+        worker is held: the caller's transaction has had the database's only write lock
+        since before its handlers ran, so nobody could have taken the lease meanwhile.
         """

@@ -37,7 +37,12 @@ from receiver.storage.sql.tables import (
 )
 
 #: Close one claimed event (executemany over a batch's ``finals``), only while its worker
-#: holds the event's lease and, unexpired at ``b_now``, its object's lease.
+#: holds the event's lease and its object's lease. Not whether the object's lease has
+#: expired: the dispatch transaction has held SQLite's write lock since it began (before any
+#: of its handlers ran, see :meth:`receiver.storage.dispatch.Dispatcher.dispatch_many`), and
+#: another worker can take a lease only by writing its own name into it, so a lease that
+#: still names this worker was nobody else's meanwhile, however long the handlers took (the
+#: heartbeat, on another connection, cannot renew it while this transaction holds the lock).
 CLOSE_EVENT = (
     sql_update(EVENT)
     .where(
@@ -46,7 +51,6 @@ CLOSE_EVENT = (
         exists().where(
             LEASE.c.object_key == EVENT.c.object_key,
             LEASE.c.owner == bindparam("b_owner"),
-            LEASE.c.expires_at >= bindparam("b_now"),
         ),
     )
     .values(
@@ -244,7 +248,7 @@ class SQLiteStatements(Statements):
     def write_outcomes(self, conn: Connection, outcomes: Outcomes, now: datetime) -> bool:
         # The caller's transaction began with BEGIN IMMEDIATE: nothing changes between the
         # check (closing the events under their leases) and the writes that follow it.
-        finals = [{**final, "b_now": now} for final in outcomes.finals]
+        finals = list(outcomes.finals)
         if conn.execute(CLOSE_EVENT, finals).rowcount != len(finals):
             return False  # a lease was lost: the caller rolls back, nothing more to write
         if outcomes.transitions:

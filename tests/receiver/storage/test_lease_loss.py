@@ -111,9 +111,13 @@ def test_a_worker_whose_object_a_late_earlier_event_took_over_commits_nothing(
     assert b.queue.claim("worker-c", LEASE) is None
 
 
-def test_a_lease_that_expired_is_lost_even_before_another_worker_takes_it(
+def test_an_expired_lease_nobody_took_is_lost_on_postgresql_and_still_held_on_sqlite(
     engine: sa.Engine,
 ) -> None:
+    """PostgreSQL: another worker may take an expired lease at any moment, so the worker
+    whose lease expired commits nothing. SQLite: a dispatch holds the only write lock from
+    before its handlers run to its commit, and taking a lease writes the taker's name, so a
+    lease that still names the worker is its own however late (issue 20, item 2)."""
     clock = _Clock()
     store = Store(engine, clock=clock, retry=RetryPolicy(max_attempts=5))
     _effects_table(engine)
@@ -122,6 +126,11 @@ def test_a_lease_that_expired_is_lost_even_before_another_worker_takes_it(
     assert claimed is not None
     clock.now += timedelta(seconds=LEASE + 1)
     outcome = store.dispatcher.dispatch(claimed, [("h", _effect("worker-a", event.event_id), True)])
+    if engine.dialect.name == "sqlite":
+        assert outcome.status == "done"
+        assert _effects(engine) == [("worker-a", event.event_id)]
+        assert store.queue.claim("worker-b", LEASE) is None
+        return
     assert outcome.status == "lease_lost"
     assert store.dispatcher.finish(claimed, status="dead", error="gave up") is None
     assert _effects(engine) == []
@@ -129,6 +138,33 @@ def test_a_lease_that_expired_is_lost_even_before_another_worker_takes_it(
     assert retaken is not None and retaken.pk == claimed.pk
     assert store.dispatcher.dispatch(
         retaken, [("h", _effect("worker-b", event.event_id), True)]
+    ).status == ("done")
+    assert _effects(engine) == [("worker-b", event.event_id)]
+
+
+def test_a_worker_whose_expired_lease_was_taken_runs_none_of_its_handlers(
+    engine: sa.Engine,
+) -> None:
+    """Worker A's lease expired and B took the object over before A's dispatch began: A
+    must not run its handlers at all (B runs them), on either database."""
+    clock = _Clock()
+    a = Store(engine, clock=clock, retry=RetryPolicy(max_attempts=5))
+    _effects_table(engine)
+    event = _insert(a, "payment_succeeded", at=T0, object_id="pay_taken")
+    claimed = a.queue.claim("worker-a", LEASE)
+    assert claimed is not None
+    clock.now += timedelta(seconds=LEASE + 1)
+    taken = a.queue.claim("worker-b", LEASE)
+    assert taken is not None and taken.pk == claimed.pk
+    ran: list[str] = []
+
+    def handler(session: Session) -> None:
+        ran.append("worker-a")
+
+    assert a.dispatcher.dispatch(claimed, [("h", handler, False)]).status == "lease_lost"
+    assert ran == []
+    assert a.dispatcher.dispatch(
+        taken, [("h", _effect("worker-b", event.event_id), True)]
     ).status == ("done")
     assert _effects(engine) == [("worker-b", event.event_id)]
 
