@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from tests.receiver.web.test_metrics import TOKEN, scrape, value
 
 import receiver.core.errors as errors
 import receiver.core.signals as signals
@@ -19,6 +18,7 @@ from receiver.testing import signed_headers
 from receiver.testing.factories import build_event, encode
 from receiver.web.metrics import NAMES, Metrics
 from tests.conftest import SECRETS, AppFactory
+from tests.receiver.web.test_metrics import TOKEN, scrape, value
 
 pytestmark = pytest.mark.storage
 
