@@ -329,7 +329,8 @@ class Operations:
             (insert.excluded.cutover_at < CUTOVER.c.cutover_at, insert.excluded.cutover_at),
             else_=CUTOVER.c.cutover_at,
         )
-        with self.storage.engine.begin() as conn:
+        # Write-first: on SQLite a deferred BEGIN (the lock from this statement to commit).
+        with self.storage.deferred.begin() as conn:
             conn.execute(
                 insert.on_conflict_do_update(index_elements=["name"], set_={"cutover_at": earlier})
             )
