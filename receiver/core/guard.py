@@ -9,9 +9,10 @@ transition model (:mod:`receiver.core.transitions`); event times only settle wha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
+from datetime import datetime, timedelta
+from typing import Final, Literal
 
+import receiver.core.objects as objects
 import receiver.core.transitions as transitions
 from receiver.core.transitions import State
 
@@ -43,12 +44,33 @@ DISPATCH_UNGUARDED = Verdict(decision="dispatch")
 ADOPTED = 0
 
 
+#: How long before hookledger's first delivery attempt the processor may have emitted the
+#: event that attempt carried (its first attempt follows the event within seconds).
+DELIVERY_SLACK: Final = timedelta(minutes=5)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CutOver:
-    """Where hookledger's history starts on an adopted account (``hookledger_cutover``)."""
+    """Where hookledger's history starts on an adopted account (``hookledger_cutover``).
+
+    ``at``: when adoption began reading. ``first_delivery``: the first webhook delivery
+    hookledger stored or was attempted with (a signed request, even one answered 503), if
+    any: the deploy that pointed the processor at hookledger came before it.
+    """
 
     at: datetime
     recorded_at: datetime
+    first_delivery: datetime | None = None
+
+    @property
+    def history_ends(self) -> datetime:
+        """Where the earlier system's history ends: the cut-over, or, when hookledger was
+        sent webhooks before it, ``DELIVERY_SLACK`` before the first of them. Everything at
+        or after it was sent to hookledger (the processor's first attempt at an event
+        follows it within seconds, and a retry carries the event's original time)."""
+        if self.first_delivery is None:
+            return self.at
+        return min(self.at, self.first_delivery - DELIVERY_SLACK)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +82,9 @@ class Arrival:
     #: Whether what it reports may have happened before a cut-over (webhooks, reconcile
     #: and recovered events; not API observations, backfills or replays).
     historical: bool
+    #: The shop's own API observation (``observe()``), and its object's creation time.
+    observed: bool = False
+    object_created: datetime | None = None
 
 
 def owner_name(pk: int) -> str:
@@ -91,26 +116,39 @@ def decide(
     - Otherwise: a backward move is stale, a forward move is dispatched, and a move the
       model leaves open is dispatched when its event is newer than the projection's.
 
-    On an adopted account (``cutover``): an event stored after the cut-over was recorded
-    that happened before it is recorded, not dispatched (stale, with the projection
-    following if it moves forward): the shop's earlier system handled it. A state that
-    adoption recorded and that an event shows happening at or after the cut-over (adoption
-    read the object just after it changed) is dispatched by that event.
+    On an adopted account (``cutover``), for an event stored after the cut-over was
+    recorded: one that happened before the earlier system's history ends
+    (:attr:`CutOver.history_ends`) is recorded, not dispatched (stale, with the projection
+    following if it moves forward): the shop's earlier system handled it. So is an API
+    observation of an object hookledger has no record of, when its state is from before
+    then (an order older than adoption's reach, looked up): by its modification time, or,
+    for a kind whose objects carry none, by its creation. A state that adoption recorded,
+    that the object still stands at, and that an event shows happening after the history
+    ends (adoption read a dispute, payout or mandate, which carry no modification time,
+    just after it changed) is dispatched by that event; once the object has moved on, a
+    return to that state is a return (the handlers do not run).
 
     ``note`` (the event type disagreeing with the object's status, say) is appended to any
     reason given.
     """
     if replay or incoming is None:
         return DISPATCH_UNGUARDED
-    if cutover is not None and arrival is not None and arrival.historical:
-        if _before_cutover(cutover, arrival, event_time):
+    if cutover is not None and arrival is not None:
+        if _before_cutover(cutover, arrival, event_time, incoming, current):
             return _recorded_before_cutover(
                 event_pk, incoming, event_time, transition_owner, current, cutover, note
             )
-        if transition_owner == ADOPTED and event_time is not None and event_time >= cutover.at:
+        if (
+            arrival.historical
+            and transition_owner == ADOPTED
+            and current is not None
+            and current.event_pk == ADOPTED
+            and current.state.key == incoming.key
+            and event_time is not None
+            and event_time >= cutover.history_ends
+        ):
             transition_owner = None
-            if current is not None and current.event_pk == ADOPTED:
-                current = None
+            current = None
     verdict = _decide(event_pk, incoming, event_time, transition_owner, current)
     if note and verdict.reason:
         return Verdict(
@@ -164,11 +202,30 @@ def _decide(
     return Verdict(decision="stale", reason=_stale_reason(current, incoming))
 
 
-def _before_cutover(cutover: CutOver, arrival: Arrival, event_time: datetime | None) -> bool:
+def _before_cutover(
+    cutover: CutOver,
+    arrival: Arrival,
+    event_time: datetime | None,
+    incoming: State,
+    current: Projected | None,
+) -> bool:
+    if arrival.received_at < cutover.recorded_at:
+        return False
+    ends = cutover.history_ends
+    if arrival.historical:
+        return event_time is not None and event_time < ends
+    if not arrival.observed or current is not None:
+        return False
+    if event_time is not None and event_time < ends:
+        return True
+    # A kind whose objects carry no modification time is dated when it was observed: its
+    # creation is all that tells an object the earlier system had.
+    spec = objects.KINDS.get(incoming.kind)
     return (
-        arrival.received_at >= cutover.recorded_at
-        and event_time is not None
-        and event_time < cutover.at
+        spec is not None
+        and not spec.modified_fields
+        and arrival.object_created is not None
+        and arrival.object_created < ends
     )
 
 
@@ -182,8 +239,8 @@ def _recorded_before_cutover(
     note: str | None,
 ) -> Verdict:
     reason = (
-        f"{incoming} happened before the cut-over at {cutover.at.isoformat()}: "
-        "recorded, not dispatched"
+        f"{incoming} happened before the cut-over (hookledger's history starts at "
+        f"{cutover.history_ends.isoformat()}): recorded, not dispatched"
     )
     if note:
         reason = f"{reason} ({note})"

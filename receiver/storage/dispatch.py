@@ -172,6 +172,10 @@ class Dispatcher:
                             source=c.source,
                             received_at=as_utc(c.received_at),
                             historical=c.source in Source.HISTORICAL,
+                            observed=c.source == Source.API,
+                            object_created=as_utc(c.object_created_at)
+                            if c.object_created_at is not None
+                            else None,
                         ),
                     )
                     if verdict.claim is not None:

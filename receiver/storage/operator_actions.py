@@ -6,12 +6,14 @@ receive or dispatch path (except :func:`read_cutover`, which every dispatched ba
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, column, delete, func, select, table, update
+from sqlalchemy import Connection, and_, case, column, delete, func, select, table, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 import receiver.core.guard as guard
@@ -26,12 +28,15 @@ from receiver.storage.sql.tables import CONFLICT, CUTOVER, EVENT, HANDLER_RUN
 from receiver.storage.tables import (
     CUTOVER_NAME,
     DEFERRED_PREFIX,
+    FIRST_DELIVERY_NAME,
     EventStatus,
     HandlerRun,
     InboxEvent,
     Projection,
     Source,
 )
+
+log = logging.getLogger("receiver.store")
 
 #: hookledger's Alembic version table: one row, the schema's revision.
 _VERSION = table(VERSION_TABLE, column("version_num"))
@@ -53,13 +58,27 @@ class EventFilter:
 
 
 def read_cutover(conn: Connection) -> guard.CutOver | None:
-    """The account's cut-over, if it was adopted (read with every batch: one tiny row)."""
-    row = conn.execute(
-        select(CUTOVER.c.cutover_at, CUTOVER.c.recorded_at).where(CUTOVER.c.name == CUTOVER_NAME)
-    ).first()
+    """The account's cut-over, if it was adopted, with the first delivery hookledger
+    stored or was attempted with (read with every batch: two tiny rows)."""
+    rows = {
+        row.name: row
+        for row in conn.execute(
+            select(CUTOVER.c.name, CUTOVER.c.cutover_at, CUTOVER.c.recorded_at).where(
+                CUTOVER.c.name.in_([CUTOVER_NAME, FIRST_DELIVERY_NAME])
+            )
+        )
+    }
+    row = rows.get(CUTOVER_NAME)
     if row is None or row.cutover_at is None:
         return None
-    return guard.CutOver(at=as_utc(row.cutover_at), recorded_at=as_utc(row.recorded_at))
+    first = rows.get(FIRST_DELIVERY_NAME)
+    return guard.CutOver(
+        at=as_utc(row.cutover_at),
+        recorded_at=as_utc(row.recorded_at),
+        first_delivery=as_utc(first.cutover_at)
+        if first is not None and first.cutover_at is not None
+        else None,
+    )
 
 
 class Operations:
@@ -69,6 +88,8 @@ class Operations:
         self.storage = storage
         self._inbox = inbox
         self._sql = storage.sql
+        self._first_attempt: datetime | None = None
+        self._first_written = False
 
     def __repr__(self) -> str:
         return f"Operations(dialect={self._sql.name!r})"
@@ -273,6 +294,62 @@ class Operations:
         """The account's cut-over (see :class:`receiver.storage.tables.CutOver`), if one is set."""
         with self.storage.deferred.connect() as conn:
             return read_cutover(conn)
+
+    def note_delivery(self, at: datetime) -> None:
+        """A signed webhook delivery reached this process at ``at`` (before it is stored).
+
+        The first one bounds the deploy that pointed the processor at hookledger (see
+        :attr:`receiver.core.guard.CutOver.history_ends`): it is written once per process,
+        before the delivery itself, so no worker judges a delivery without it. If the
+        database does not answer (the delivery gets 503), the earliest attempt is kept in
+        memory and written with the next delivery. Costs nothing after the first write."""
+        if self._first_written:
+            return
+        at = as_utc(at)
+        if self._first_attempt is None or at < self._first_attempt:
+            self._first_attempt = at
+        try:
+            self.record_first_delivery(self._first_attempt)
+        except SQLAlchemyError as exc:
+            log.warning(
+                "first delivery not recorded yet (kept for the next one): %s",
+                type(exc).__name__,
+                extra={"action": "first_delivery"},
+            )
+            return
+        self._first_written = True
+
+    def record_first_delivery(self, at: datetime) -> None:
+        """Keep ``at`` as the first delivery unless an earlier one is kept already."""
+        at = as_utc(at)
+        insert = self._sql.insert(CUTOVER).values(
+            name=FIRST_DELIVERY_NAME, mode="delivery", cutover_at=at, recorded_at=self.storage.now()
+        )
+        earlier = case(
+            (insert.excluded.cutover_at < CUTOVER.c.cutover_at, insert.excluded.cutover_at),
+            else_=CUTOVER.c.cutover_at,
+        )
+        # Write-first: on SQLite a deferred BEGIN (the lock from this statement to commit).
+        with self.storage.deferred.begin() as conn:
+            conn.execute(
+                insert.on_conflict_do_update(index_elements=["name"], set_={"cutover_at": earlier})
+            )
+
+    def first_delivery(self) -> datetime | None:
+        """The first delivery kept by :meth:`record_first_delivery`, if any."""
+        with self.storage.deferred.connect() as conn:
+            value = conn.execute(
+                select(CUTOVER.c.cutover_at).where(CUTOVER.c.name == FIRST_DELIVERY_NAME)
+            ).scalar()
+        return as_utc(value) if value is not None else None
+
+    def first_stored_webhook(self) -> datetime | None:
+        """When the first webhook still in the inbox was received (one scan, for adoption)."""
+        with self.storage.deferred.connect() as conn:
+            value = conn.execute(
+                select(func.min(EVENT.c.received_at)).where(EVENT.c.source == Source.WEBHOOK)
+            ).scalar()
+        return as_utc(value) if value is not None else None
 
     def cutover_mode(self) -> str | None:
         """``adopted``, ``new_account``, or ``None`` when neither was recorded."""

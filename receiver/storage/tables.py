@@ -212,8 +212,11 @@ class Transition(Base, table=True):
     created_at: datetime
 
 
-#: The one row of ``hookledger_cutover``.
+#: The cut-over's row of ``hookledger_cutover``.
 CUTOVER_NAME = "cutover"
+#: The row of ``hookledger_cutover`` that keeps the first webhook delivery hookledger stored
+#: or was attempted with (``mode`` ``delivery``, the time in ``cutover_at``).
+FIRST_DELIVERY_NAME = "first_delivery"
 
 
 class CutOver(Base, table=True):
@@ -225,6 +228,12 @@ class CutOver(Base, table=True):
     undelivered event, a state a reconcile path finds) is recorded but never dispatched:
     the shop's earlier system handled it. ``cutover_at`` is ``None`` for an account declared
     new (nothing before it). One row at most (``name = 'cutover'``).
+
+    A second row (``name = 'first_delivery'``, ``mode = 'delivery'``) keeps, in
+    ``cutover_at``, the first webhook delivery hookledger stored or was attempted with: the
+    deploy that pointed the processor at hookledger came before it, so the earlier system's
+    history ends there if that is earlier than the cut-over (see
+    :attr:`receiver.core.guard.CutOver.history_ends`).
     """
 
     __tablename__ = "hookledger_cutover"

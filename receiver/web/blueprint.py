@@ -71,6 +71,9 @@ def receive() -> tuple[Response, int]:
     try:
         body = _read_body(state.settings.max_body_bytes)
         secret_id = verify(body, request.headers.get(SIGNATURE_HEADER), state.settings.secrets)
+        # A signed delivery, stored or not: the first one bounds the go-live deploy
+        # (written once per process, before the delivery).
+        state.store.operations.note_delivery(state.store.now())
         event = parse_event(body)
         check_event_age(event, state.settings.data.max_event_age, state.store.now)
         outcome = state.store.inbox.insert(

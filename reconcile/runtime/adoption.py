@@ -42,7 +42,7 @@ import receiver.core.status as statuses
 import receiver.core.transitions as transitions
 import reconcile.core.diff as diff
 from receiver.core.clock import Clock, as_utc, utcnow
-from receiver.core.guard import ADOPTED
+from receiver.core.guard import ADOPTED, CutOver
 from receiver.storage.tables import Projection, Source, Transition
 from receiver.store import Store
 from receiver.worker.runner import worker_name
@@ -106,6 +106,9 @@ class KindAdoption:
     listed: int = 0
     recorded: Counter[str] = field(default_factory=Counter)
     own_history: int = 0
+    #: Objects whose state changed after the earlier system's history ended (at or after
+    #: the deploy, or after the cut-over, before adoption read them): dispatched, by state.
+    dispatched: Counter[str] = field(default_factory=Counter)
     followed: int = 0
     unknown_status: int = 0
     bad_rows: list[str] = field(default_factory=list)
@@ -121,6 +124,7 @@ class KindAdoption:
             "recorded": dict(sorted(self.recorded.items())),
             "recorded_total": sum(self.recorded.values()),
             "own_history": self.own_history,
+            "dispatched": dict(sorted(self.dispatched.items())),
             "followed": self.followed,
             "unknown_status": self.unknown_status,
             "bad_rows": self.bad_rows,
@@ -134,6 +138,9 @@ class AdoptionReport:
     mode: str
     dry_run: bool
     cutover_at: datetime | None
+    #: Where the earlier system's history ends (the cut-over, or just before the first
+    #: delivery hookledger was sent, if earlier): what changed since is dispatched.
+    history_ends: datetime | None = None
     kinds: dict[str, KindAdoption] = field(default_factory=dict)
 
     @property
@@ -145,6 +152,7 @@ class AdoptionReport:
             "mode": self.mode,
             "dry_run": self.dry_run,
             "cutover_at": self.cutover_at.isoformat() if self.cutover_at else None,
+            "history_ends": self.history_ends.isoformat() if self.history_ends else None,
             "finished": self.finished,
             "kinds": {name: k.as_dict() for name, k in self.kinds.items()},
         }
@@ -158,6 +166,8 @@ def render_adoption(report: dict[str, Any]) -> str:
     )
     if report["cutover_at"]:
         head += f"; cut-over {report['cutover_at']}"
+    if report.get("history_ends") and report["history_ends"] != report["cutover_at"]:
+        head += f"; history ends {report['history_ends']} (the first delivery)"
     lines = [head]
     for name, k in report["kinds"].items():
         line = (
@@ -169,6 +179,8 @@ def render_adoption(report: dict[str, Any]) -> str:
         lines.append(line)
         for state, n in k["recorded"].items():
             lines.append(f"{'':<9} recorded {n} x {state}")
+        for state, n in k.get("dispatched", {}).items():
+            lines.append(f"{'':<9} changed since, dispatched {n} x {state}")
         for label in ("incomplete", "bad_rows"):
             for item in k[label]:
                 lines.append(f"{'':<9} {label}: {item}")
@@ -233,11 +245,32 @@ class Adopter:
 
     def _adopt(self, options: AdoptOptions) -> AdoptionReport:
         progress = self._progress()
-        existing = self.inbox.operations.cutover()
+        ops = self.inbox.operations
+        existing = ops.cutover()
         cutover = existing.at if existing is not None else truncate_ms(self.clock())
-        if existing is None and not options.dry_run:
-            self.inbox.operations.set_cutover("adopted", cutover)
-        report = AdoptionReport(mode="adopted", dry_run=options.dry_run, cutover_at=cutover)
+        if existing is None:
+            # Webhooks stored before this version kept the first delivery bound the deploy too.
+            first = ops.first_stored_webhook()
+            if first is not None and not options.dry_run:
+                ops.record_first_delivery(first)
+            kept = ops.first_delivery()
+            if first is None or (kept is not None and kept < first):
+                first = kept
+            if not options.dry_run:
+                ops.set_cutover("adopted", cutover)
+            now = as_utc(self.clock())
+            existing = ops.cutover() or CutOver(at=cutover, recorded_at=now, first_delivery=first)
+        ends = existing.history_ends
+        report = AdoptionReport(
+            mode="adopted", dry_run=options.dry_run, cutover_at=cutover, history_ends=ends
+        )
+        recovery = Recovery(
+            self.inbox,
+            self.store,
+            FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock),
+            options=RecoveryOptions(dry_run=options.dry_run),
+            clock=self.clock,
+        )
         budget = options.max_requests
         followed = FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock)
         for name in options.kinds:
@@ -265,7 +298,7 @@ class Adopter:
                 if budget <= 0:
                     break
                 done, spent = self._window(
-                    name, kind, low, high, cutover, budget, part, followed, options
+                    name, kind, low, high, existing, budget, part, followed, recovery, options
                 )
                 budget -= spent
                 if not done:
@@ -280,8 +313,8 @@ class Adopter:
                     self._save(name, cutover, start, start, finished=True, counts=part.as_dict())
         if report.finished and not options.dry_run:
             for name in options.kinds:
-                self.store.set_watermark(KIND_NAMES[name], cutover)
-            self.store.set_watermark(EVENTS, cutover)
+                self.store.set_watermark(KIND_NAMES[name], ends)
+            self.store.set_watermark(EVENTS, ends)
             log.info("adoption finished", extra={"action": "adopt", "cutover": str(cutover)})
         return report
 
@@ -291,10 +324,11 @@ class Adopter:
         kind: str,
         low: datetime,
         high: datetime,
-        cutover: datetime,
+        cutover: CutOver,
         budget: int,
         part: KindAdoption,
         followed: FollowedObjects,
+        recovery: Recovery,
         options: AdoptOptions,
     ) -> tuple[bool, int]:
         """Adopt the objects of one window; returns (window complete, requests spent)."""
@@ -306,9 +340,9 @@ class Adopter:
                 if remote is not None:
                     chunk.append(remote)
                 if len(chunk) >= 500:
-                    self._record(kind, chunk, cutover, part, followed, options)
+                    self._record(kind, chunk, cutover, part, followed, recovery, options)
                     chunk = []
-            self._record(kind, chunk, cutover, part, followed, options)
+            self._record(kind, chunk, cutover, part, followed, recovery, options)
         except ProcessorError as exc:
             part.incomplete.append(f"{low.isoformat()}..{high.isoformat()}: {type(exc).__name__}")
             part.requests += pager.requests
@@ -330,18 +364,41 @@ class Adopter:
         self,
         kind: str,
         remotes: list[Remote],
-        cutover: datetime,
+        cut: CutOver,
         part: KindAdoption,
         followed: FollowedObjects,
+        recovery: Recovery,
         options: AdoptOptions,
     ) -> None:
-        """Record ``remotes`` hookledger has no history of as already seen (owner: adoption)."""
+        """Record ``remotes`` hookledger has no history of as already seen (owner: adoption);
+        dispatch those that changed after the earlier system's history ended.
+
+        An object whose only history is write-offs (a processor retry of an old delivery,
+        stored while adoption ran) has no history of hookledger's own: it is recorded too,
+        its projection replacing the write-off's."""
         if not remotes:
             return
+        cutover, ends = cut.at, cut.history_ends
         unique = {r.object_id: r for r in remotes}
-        own = self.store.with_history(kind, unique)
+        own, written_off = self.store.own_history(kind, unique, cut)
         part.own_history += len(own)
-        fresh = [r for oid, r in unique.items() if oid not in own and r.state is not None]
+        candidates = [r for oid, r in unique.items() if oid not in own and r.state is not None]
+        fresh: list[Remote] = []
+        changed: list[Remote] = []
+        for remote in candidates:
+            # A payment or refund shows when it last changed; a dispute, payout or mandate
+            # only when it was created (what changed after that cannot be told here).
+            when = remote.modified if remote.modified is not None else remote.created
+            if when is not None and as_utc(when) >= ends:
+                changed.append(remote)
+            else:
+                fresh.append(remote)
+        if changed:
+            tally = KindReport(window=(ends, cutover))
+            recovery.process(kind, changed, tally, confirm_ahead=False)
+            for remote in changed:
+                assert remote.state is not None
+                part.dispatched[remote.state.key] += 1
         now = as_utc(self.clock())
         projections: list[dict[str, Any]] = []
         owned: list[dict[str, Any]] = []
@@ -373,8 +430,23 @@ class Adopter:
         if options.dry_run or not projections:
             return
         insert = postgresql.insert if self._pg else sqlite.insert
+        replaced = sorted({pk for pks in written_off.values() for pk in pks})
+        project = insert(P)
+        if replaced:
+            # Over a write-off's projection only (never one a dispatched event set since).
+            project = project.on_conflict_do_update(
+                index_elements=[P.c.object_kind, P.c.object_id],
+                set_={
+                    c: project.excluded[c]
+                    for c in ("status", "stage", "event_time", "object_created_at", "event_pk")
+                }
+                | {"updated_at": project.excluded.updated_at},
+                where=P.c.event_pk.in_(replaced),
+            )
+        else:
+            project = project.on_conflict_do_nothing()
         with self.inbox.engine.begin() as conn:
-            conn.execute(insert(P).on_conflict_do_nothing(), projections)
+            conn.execute(project, projections)
             conn.execute(insert(T).on_conflict_do_nothing(), owned)
         part.followed += followed.observed(fresh, now=now)
 

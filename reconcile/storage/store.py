@@ -14,6 +14,8 @@ from sqlalchemy import (
     Connection,
     Engine,
     Table,
+    and_,
+    case,
     cast,
     delete,
     except_,
@@ -27,9 +29,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 
 from receiver.core.clock import Clock, as_utc, utcnow
+from receiver.core.guard import CutOver
 from receiver.core.transitions import State, make_state, read_event
 from receiver.storage.database import MigrationTree, deferred_begin
-from receiver.storage.tables import EventStatus, InboxEvent, Projection
+from receiver.storage.tables import EventStatus, InboxEvent, Projection, Source
 from reconcile.core.diff import Local
 from reconcile.core.errors import ReconcileLocked
 from reconcile.storage.tables import Adoption, ReconcileRun, RunLock, SeenBatch, Watermark
@@ -289,6 +292,50 @@ class ReconcileStore:
             ).scalars()
             found.update(keys[key] for key in events)
         return found
+
+    def own_history(
+        self, kind: str, object_ids: Iterable[str], cutover: CutOver
+    ) -> tuple[set[str], dict[str, set[int]]]:
+        """Which of ``object_ids`` have history of hookledger's own, for adoption.
+
+        Returns ``(own, written_off)``: ``own`` are the objects with a stored event that is
+        not a write-off of the earlier system's history, or a projection no such write-off
+        set (adoption's own, from an earlier run, included); ``written_off`` maps each other
+        object that has events to their ids (all records of what happened before the
+        cut-over: a processor retry of an old delivery stored while adoption ran). The
+        write-off test is the guard's: an event of a historical source (or an API
+        observation) received once the cut-over was recorded, that happened before
+        :attr:`~receiver.core.guard.CutOver.history_ends`.
+        """
+        ids = list(object_ids)
+        if not ids:
+            return set(), {}
+        keys = {f"{kind}:{object_id}": object_id for object_id in ids}
+        off = and_(
+            E.c.source.in_([*Source.HISTORICAL, Source.API]),
+            E.c.received_at >= cutover.recorded_at,
+            E.c.event_time < cutover.history_ends,
+        )
+        own: set[str] = set()
+        written_off: dict[str, set[int]] = {}
+        with self.reader.connect() as conn:
+            for key, pk, is_off in conn.execute(
+                select(E.c.object_key, E.c.id, case((off, True), else_=False)).where(
+                    E.c.object_key.in_(list(keys))
+                )
+            ):
+                if is_off:
+                    written_off.setdefault(keys[key], set()).add(int(pk))
+                else:
+                    own.add(keys[key])
+            for object_id, event_pk in conn.execute(
+                select(P.c.object_id, P.c.event_pk).where(
+                    P.c.object_kind == kind, P.c.object_id.in_(ids)
+                )
+            ):
+                if int(event_pk) not in written_off.get(object_id, set()):
+                    own.add(object_id)
+        return own, {oid: pks for oid, pks in written_off.items() if oid not in own}
 
     def local_only(
         self, run_id: int, kind: str, start: datetime, end: datetime, *, sample: int = 20

@@ -261,12 +261,79 @@ def test_the_cutover_does_not_touch_events_received_before_it_was_recorded() -> 
     assert result.decision == "dispatch"
 
 
-def test_the_cutover_does_not_apply_to_api_observations_and_backfills() -> None:
-    for source in ("api", "backfill"):
-        result = verdict(
-            None, at("payment", "succeeded"), minutes=-30, cutover=CUT, arrival=arrival(source)
-        )
-        assert result.decision == "dispatch", source
+def test_the_cutover_does_not_apply_to_backfills() -> None:
+    result = verdict(
+        None, at("payment", "succeeded"), minutes=-30, cutover=CUT, arrival=arrival("backfill")
+    )
+    assert result.decision == "dispatch"
+
+
+def observed(created_minutes: int | None = None) -> Arrival:
+    return Arrival(
+        source="api",
+        received_at=T0 + timedelta(minutes=120),
+        historical=False,
+        observed=True,
+        object_created=T0 + timedelta(minutes=created_minutes)
+        if created_minutes is not None
+        else None,
+    )
+
+
+def test_an_api_observation_of_history_hookledger_has_no_record_of_is_recorded() -> None:
+    """Issue 20, item 8: observing an object older than adoption's reach."""
+    old = verdict(
+        None, at("payment", "succeeded"), minutes=-60 * 24 * 60, cutover=CUT, arrival=observed()
+    )
+    assert old.decision == "stale" and old.reason and "before the cut-over" in old.reason
+    new = verdict(None, at("payment", "succeeded"), minutes=30, cutover=CUT, arrival=observed())
+    assert new.decision == "dispatch"
+    # A dispute carries no modification time (observe dates it now): its creation decides.
+    won = at("dispute", "dispute_won")
+    assert verdict(None, won, minutes=120, cutover=CUT, arrival=observed(-90_000)).decision == (
+        "stale"
+    )
+    assert verdict(None, won, minutes=120, cutover=CUT, arrival=observed(30)).decision == (
+        "dispatch"
+    )
+    # An object hookledger knows is judged as usual.
+    known = projected(at("payment", "requires_capture"), minutes=-60 * 24 * 60, pk=4)
+    assert (
+        verdict(known, at("payment", "succeeded"), minutes=-30, cutover=CUT, arrival=observed())
+    ).decision == "dispatch"
+
+
+def test_history_ends_at_the_first_delivery_when_it_came_before_the_cutover() -> None:
+    """Issue 20, item 4: the deploy came before adoption; what happened since was sent to
+    hookledger, and a retry of it that lands after the cut-over is dispatched."""
+    deployed = CutOver(
+        at=T0, recorded_at=T0 + timedelta(hours=1), first_delivery=T0 - timedelta(hours=2)
+    )
+    assert deployed.history_ends == T0 - timedelta(hours=2) - guard.DELIVERY_SLACK
+    assert CutOver(at=T0, recorded_at=T0, first_delivery=T0 + timedelta(days=1)).history_ends == T0
+    after_deploy = verdict(
+        None, at("payment", "succeeded"), minutes=-60, cutover=deployed, arrival=arrival()
+    )
+    assert after_deploy.decision == "dispatch"
+    before_deploy = verdict(
+        None, at("payment", "succeeded"), minutes=-180, cutover=deployed, arrival=arrival()
+    )
+    assert before_deploy.decision == "stale"
+
+
+def test_a_return_to_the_state_adoption_recorded_is_a_return() -> None:
+    """Issue 20, item 7: adopted at requires_capture, moved on after go-live (an
+    asynchronous capture), back to requires_capture when it fails."""
+    processing = projected(at("payment", "processing"), minutes=10, pk=5)
+    back = verdict(
+        processing,
+        at("payment", "requires_capture"),
+        minutes=20,
+        owner=ADOPTED,
+        cutover=CUT,
+        arrival=arrival(),
+    )
+    assert back.decision == "duplicate" and back.projection == at("payment", "requires_capture")
 
 
 def test_a_state_adoption_absorbed_after_the_cutover_is_dispatched_by_its_event() -> None:

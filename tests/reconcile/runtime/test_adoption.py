@@ -35,6 +35,9 @@ def _history(w: World) -> dict[str, str]:
         "refund_id"
     ]  # pending: it succeeds on the processor's next tick
     w.sandbox.webhook_url = "http://merchant.test/webhooks/"
+    # The deploy, a second later (no tick: the refund is still pending). A change at the
+    # very instant adoption starts counts as after it.
+    w.frozen.move_to(w.now() + timedelta(seconds=1))
     return made
 
 
@@ -166,3 +169,190 @@ def test_adoption_is_resumable_within_a_request_budget(make_app: AppFactory) -> 
         assert total == 12
         assert adoption_state(w.store, w.reconciler.store) == "adopted"
         assert w.run(ReconcileOptions(kinds=["payments"])).status == "ok"
+
+
+# -- issue 20, items 4 to 8: the go-live cut-over ------------------------------------------
+
+
+def _go_live(w: World) -> None:
+    """The deploy: hookledger is sent webhooks from now on (a first delivery is stored)."""
+    w.pay("pay_deployed")
+    w.settle()
+    w.frozen.move_to(w.now() + timedelta(minutes=20))  # no tick: nothing else moves
+
+
+def _settle_days(w: World, days: int = 3, **run: object) -> None:
+    for _ in range(days):
+        w.advance(DAY)
+        assert w.run(ReconcileOptions(**run) if run else None).status == "ok"  # type: ignore[arg-type]
+
+
+def test_a_change_after_the_deploy_in_flight_when_adoption_began_is_dispatched(
+    make_app: AppFactory,
+) -> None:
+    """Item 4: the capture's webhook is in flight (delayed) when adoption starts."""
+    with world(make_app, new_account=False) as w:
+        _history(w)
+        _go_live(w)
+        w.sandbox.faults.once("delay", event_type="payment_succeeded", seconds=3600)
+        w.sandbox.capture_payment("pay_held", {})
+        w.frozen.move_to(w.now() + timedelta(minutes=1))
+        assert Adopter(w.client, w.store).adopt().finished
+        w.advance(timedelta(hours=2))  # the delivery lands
+        _settle_days(w)
+        assert w.handled[("payment", "pay_held", "succeeded")] == 1
+        assert w.handled[("payment", "pay_deployed", "succeeded")] == 1
+        assert all(n == 1 for n in w.handled.values())
+        assert not [k for k in w.handled if k[1].startswith("pay_old")]
+
+
+def test_a_change_after_the_deploy_whose_first_delivery_got_503_is_dispatched(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 4: the first delivery hookledger is ever sent gets a 503 (its database did not
+    answer); the processor's retry lands after adoption began."""
+    from receiver.core.errors import StorageUnavailable
+
+    with world(make_app, new_account=False) as w:
+        _history(w)
+        inbox = w.store.inbox
+        real = inbox.insert
+        failed: list[str] = []
+
+        def outage(event, body, **kw):  # type: ignore[no-untyped-def]
+            if not failed:
+                failed.append(event.event_id)
+                raise StorageUnavailable("database unreachable")
+            return real(event, body, **kw)
+
+        monkeypatch.setattr(inbox, "insert", outage)
+        w.sandbox.capture_payment("pay_held", {})
+        w.settle()  # its first attempt: 503
+        assert failed and w.store.operations.get(failed[0]) is None
+        w.frozen.move_to(w.now() + timedelta(seconds=30))
+        Adopter(w.client, w.store).adopt()  # before the processor's retry (a minute later)
+        w.advance(timedelta(minutes=5))
+        _settle_days(w)
+        assert w.handled[("payment", "pay_held", "succeeded")] == 1
+        assert all(n == 1 for n in w.handled.values())
+        assert not [k for k in w.handled if k[1].startswith("pay_old")]
+
+
+def test_a_change_adoption_reads_just_after_the_cutover_is_dispatched_if_its_webhook_is_lost(
+    make_app: AppFactory,
+) -> None:
+    """Item 5: adoption (in several runs) reads an authorisation captured after the
+    cut-over; the capture's webhook is lost."""
+    with world(make_app, new_account=False) as w:
+        w.sandbox.webhook_url = None
+        w.pay("pay_auth_old", manual=True)
+        w.advance(timedelta(days=3))
+        w.pay("pay_recent_old")
+        w.advance(timedelta(days=1))
+        w.sandbox.webhook_url = "http://merchant.test/webhooks/"
+        adopter = Adopter(w.client, w.store)
+        options = AdoptOptions(kinds=["payments"], max_requests=1, since=w.now() - 20 * DAY)
+        assert not adopter.adopt(options).finished  # read the newest day only
+        w.drop_next("payment_succeeded")
+        w.frozen.move_to(w.now() + timedelta(minutes=1))
+        w.sandbox.capture_payment("pay_auth_old", {})
+        w.settle()
+        runs = 1
+        while not adopter.adopt(options).finished:
+            runs += 1
+            assert runs < 20
+        w.drain()
+        _settle_days(w, kinds=["payments"])
+        assert w.handled == Counter({("payment", "pay_auth_old", "succeeded"): 1})
+
+
+def test_a_late_retry_of_history_during_adoption_does_not_make_adoption_skip_the_object(
+    make_app: AppFactory,
+) -> None:
+    """Item 6: an old delivery (the dispute's opening) retried while a multi-run adoption
+    is under way is written off; adoption still records the dispute (won long ago)."""
+    with world(make_app, new_account=False) as w:
+        w.sandbox.webhook_url = None
+        w.pay("pay_disputed")
+        dispute = w.sandbox.open_dispute("pay_disputed")["dispute_id"]
+        w.advance(timedelta(days=2))
+        w.sandbox.dispute_action(dispute, "win")
+        w.advance(timedelta(days=8))
+        w.sandbox.webhook_url = "http://merchant.test/webhooks/"
+        adopter = Adopter(w.client, w.store)
+        options = AdoptOptions(kinds=["disputes"], max_requests=1, since=w.now() - 20 * DAY)
+        assert not adopter.adopt(options).finished
+        opened = next(
+            e
+            for e in w.sandbox.events()
+            if e["object_id"] == dispute and e["event_type"] == "dispute_opened"
+        )
+        from receiver.testing import WebhookTestClient
+
+        WebhookTestClient(w.app).post(opened["body"].encode())  # the processor's late retry
+        w.drain()
+        row = w.store.operations.get(opened["event_id"])
+        assert row is not None and row.status == "stale"
+        runs = 1
+        while not adopter.adopt(options).finished:
+            runs += 1
+            assert runs < 20
+        assert w.projected("dispute", dispute) == "dispute/dispute_won"
+        _settle_days(w, kinds=["disputes"])
+        assert w.handled == Counter()
+
+
+def test_returning_to_the_state_adoption_recorded_does_not_run_its_handlers(
+    make_app: AppFactory,
+) -> None:
+    """Item 7: an adopted authorisation's asynchronous capture fails after go-live; the
+    payment returns to ``requires_capture``, which the earlier system handled."""
+    from receiver.testing import WebhookTestClient
+
+    with world(make_app, new_account=False) as w:
+        _history(w)
+        Adopter(w.client, w.store).adopt()
+        assert w.projected("payment", "pay_held") == "requires_capture"
+        hooks = WebhookTestClient(w.app)
+        w.frozen.move_to(w.now() + timedelta(minutes=5))
+        hooks.send("payment_processing", object_id="pay_held", timestamp=w.now())
+        w.drain()
+        w.frozen.move_to(w.now() + timedelta(minutes=5))
+        hooks.send(
+            "payment_authorized",
+            object_id="pay_held",
+            status="requires_capture",
+            timestamp=w.now(),
+        )
+        w.drain()
+        assert w.projected("payment", "pay_held") == "requires_capture"
+        assert w.handled == Counter({("payment", "pay_held", "processing"): 1})
+
+
+def test_observing_an_object_older_than_adoptions_reach_does_not_dispatch_its_history(
+    make_app: AppFactory,
+) -> None:
+    """Item 8: a 60-day-old order, looked up while refunding it."""
+    from receiver import WebhookReceiver
+
+    with world(make_app, new_account=False) as w:
+        w.sandbox.webhook_url = None
+        w.pay("pay_ancient")
+        w.advance(timedelta(days=60))
+        w.sandbox.webhook_url = "http://merchant.test/webhooks/"
+        report = Adopter(w.client, w.store).adopt()
+        assert report.kinds["payments"].listed == 0  # older than adoption's reach
+        seen = WebhookReceiver().observe(
+            w.sandbox.get_payment("pay_ancient"), dispatch=True, app=w.app
+        )
+        assert seen.stored == "inserted" and seen.status == "stale"
+        assert not seen.dispatched_here
+        assert w.handled == Counter()
+        # What the shop does after go-live is dispatched on observing it.
+        w.pay("pay_today", manual=True)
+        w.sandbox.webhook_url = None
+        w.sandbox.capture_payment("pay_today", {})
+        later = WebhookReceiver().observe(
+            w.sandbox.get_payment("pay_today"), dispatch=True, app=w.app
+        )
+        assert later.dispatched_here

@@ -366,3 +366,123 @@ def _dispatched(w: World) -> set[tuple[str, str, str]]:
             .where(e.c.status == "done")
         ).all()
     return {(r[0], r[1], r[2]) for r in rows}
+
+
+# -- a go-live during traffic (issue 20, items 4-8) ------------------------------------------
+
+GO_LIVE_PAYMENTS = ReconcileOptions(kinds=["payments"], sweep_budget=200, max_requests=200)
+
+
+@st.composite
+def go_live_plans(draw: st.DrawFn) -> tuple[list[tuple[int, str]], int, WebhookFaultConfig]:
+    """Payments over a week: (hour, action) with actions paid/held/capture; the deploy at a
+    drawn hour; adoption starts a drawn number of hours after it, in several runs."""
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(min_value=0, max_value=7 * 24),
+                st.sampled_from(["paid", "held", "capture"]),
+            ),
+            min_size=3,
+            max_size=12,
+        )
+    )
+    deploy = draw(st.integers(min_value=24, max_value=6 * 24))
+    faults = WebhookFaultConfig(
+        drop=draw(st.sampled_from([0.3, 0.0])),
+        delay=draw(st.sampled_from([0.5, 0.0])),
+        delay_seconds=draw(st.sampled_from([3 * 3600.0, 60.0])),
+    )
+    # Traffic right at the go-live: an authorisation before it, captured at the deploy with a
+    # new payment, and more in the hours around it (adoption starts 1 to 6 hours after).
+    steps += [(deploy - 3, "held"), (deploy, "paid"), (deploy, "capture")]
+    near = draw(st.lists(st.integers(min_value=-2, max_value=8), min_size=2, max_size=6))
+    actions = draw(
+        st.lists(
+            st.sampled_from(["capture", "paid", "held"]), min_size=len(near), max_size=len(near)
+        )
+    )
+    steps += [(max(0, deploy + h), a) for h, a in zip(near, actions, strict=True)]
+    return sorted(steps), deploy, faults
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(plan=go_live_plans(), lag=st.integers(min_value=1, max_value=6))
+def test_a_go_live_during_traffic_writes_off_nothing_after_the_deploy(
+    plan: tuple[list[tuple[int, str]], int, WebhookFaultConfig], lag: int, tmp_path: Path
+) -> None:
+    """Webhooks go to the earlier system until the deploy, then to hookledger (lost,
+    delayed and retried at random); adoption starts ``lag`` hours after the deploy and runs
+    in several small runs while payments keep changing. In the end every payment whose
+    state was reached after the deploy was dispatched once, in that state, and nothing
+    reached before the deploy (and not again after) reached the handlers."""
+    from reconcile.runtime.adoption import Adopter, AdoptOptions
+
+    steps, deploy, faults = plan
+    with fresh_database(tmp_path) as url:
+
+        def factory(hooks: Any = None, **config: Any) -> Any:
+            return build_app(url, hooks, **config)
+
+        start = datetime(2026, 2, 2, 9, 0, tzinfo=UTC)
+        with world(factory, new_account=False, start=start) as w:
+            w.sandbox.webhook_url = None  # the earlier system's
+            w.sandbox.faults.configure(webhooks=faults)
+            reached: dict[str, tuple[str, bool]] = {}  # payment -> (state, after the deploy)
+            held: list[str] = []
+            adopter = Adopter(w.client, w.store)
+            options = AdoptOptions(kinds=["payments"], max_requests=1)
+            deployed = adopted = False
+            hours = sorted({h for h, _ in steps} | {deploy, deploy + lag} | {7 * 24 + 1})
+            pending = list(steps)
+            for hour in hours:
+                w.advance(start + timedelta(hours=hour) - w.now())
+                if hour >= deploy and not deployed:
+                    w.sandbox.webhook_url = "http://merchant.test/webhooks/"
+                    deployed = True
+                if deployed and hour >= deploy + lag and not adopted:
+                    adopted = adopter.adopt(options).finished  # one small run per step
+                for step in [s for s in pending if s[0] == hour]:
+                    pending.remove(step)
+                    n = len(reached)
+                    if step[1] in ("paid", "held"):
+                        pid = f"pay_g{n}"
+                        w.pay(pid, manual=step[1] == "held")
+                        if step[1] == "held":
+                            held.append(pid)
+                    elif held:
+                        pid = held.pop(0)
+                        try:
+                            w.sandbox.capture_payment(pid, {})
+                        except SandboxError:
+                            continue  # expired meanwhile
+                    else:
+                        continue
+                    w.settle()
+                    key = _remote_key(w, "payment", pid)
+                    assert key is not None
+                    reached[pid] = (key, deployed)
+                if deployed and hour >= deploy + lag and not adopted:
+                    adopted = adopter.adopt(options).finished  # runs go on amid traffic
+            while not adopted:
+                adopted = adopter.adopt(options).finished
+            w.sandbox.faults.reset()
+            for _ in range(9):  # authorisations expire, retries land, the schedule runs
+                w.advance(DAY)
+                w.run(GO_LIVE_PAYMENTS)
+            assert all(n == 1 for n in w.handled.values()), w.handled
+            for pid in reached:
+                final = _remote_key(w, "payment", pid)
+                state, after = reached[pid]
+                if final != state:  # expired after the deploy: dispatched, whatever came before
+                    assert w.handled[("payment", pid, str(final))] == 1, (pid, w.handled)
+                elif after:
+                    assert w.handled[("payment", pid, state)] == 1, (pid, w.handled)
+                else:
+                    assert not [k for k in w.handled if k[1] == pid], (pid, w.handled)
+            WebhookReceiver.state(w.app).store.engine.dispose()
