@@ -13,14 +13,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, case, column, delete, func, select, table, update
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 import receiver.core.guard as guard
 from receiver.core.clock import as_utc
 from receiver.core.errors import DataUnavailable, RedactedEvents
 from receiver.core.events import Event
-from receiver.storage.context import Storage
+from receiver.storage.context import Storage, is_unavailable, unavailable
 from receiver.storage.database import VERSION_TABLE
 from receiver.storage.inbox import Inbox
 from receiver.storage.sealed_columns import open_body, open_error, open_headers
@@ -301,8 +301,10 @@ class Operations:
         The first one bounds the deploy that pointed the processor at hookledger (see
         :attr:`receiver.core.guard.CutOver.history_ends`): it is written once per process,
         before the delivery itself, so no worker judges a delivery without it. If the
-        database does not answer (the delivery gets 503), the earliest attempt is kept in
-        memory and written with the next delivery. Costs nothing after the first write."""
+        database does not answer, this raises :class:`StorageUnavailable` at once (the
+        delivery gets its 503 after one connection timeout, not two) and the earliest attempt
+        is kept in memory and written with the next delivery. Costs nothing after the first
+        write."""
         if self._first_written:
             return
         at = as_utc(at)
@@ -310,6 +312,17 @@ class Operations:
             self._first_attempt = at
         try:
             self.record_first_delivery(self._first_attempt)
+        except DBAPIError as exc:
+            if is_unavailable(exc):
+                # The delivery's insert would wait out the same timeout: answer 503 now
+                # (the processor retries; the attempt is kept for the next delivery).
+                raise unavailable(exc) from exc
+            log.warning(
+                "first delivery not recorded yet (kept for the next one): %s",
+                type(exc).__name__,
+                extra={"action": "first_delivery"},
+            )
+            return
         except SQLAlchemyError as exc:
             log.warning(
                 "first delivery not recorded yet (kept for the next one): %s",

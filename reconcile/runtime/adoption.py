@@ -3,22 +3,30 @@
 A shop that installs hookledger on an account that has taken payments for months must not
 have its handlers run for what its earlier system already handled. ``reconcile adopt``:
 
-1. records a **cut-over** (``hookledger_cutover``) at the moment it starts reading;
+1. records a **cut-over** (``hookledger_cutover``) at the moment it starts reading; the
+   earlier system's history ends there, or just before the first delivery hookledger was
+   sent if that came earlier (the deploy pointed the processor at hookledger first:
+   :attr:`receiver.core.guard.CutOver.history_ends`);
 2. lists each kind's objects over its history (by default as far back as the open-object
    sweep follows objects of that kind: what is older cannot change any more), newest
    first, in windows, within a request budget, resumable (run it again to go on);
 3. records every object hookledger has no history of as already seen: its current state
    becomes the projection and its transition is owned by *adoption* (no inbox event, no
-   handler); unsettled ones are followed by the sweep;
-4. when every kind is done, starts the lists' watermarks (and the events path's) at the
-   cut-over.
+   handler); unsettled ones are followed by the sweep. An object that changed after the
+   history ended (its modification time, or, for kinds without one, its creation) is
+   dispatched instead, through the recovery path: its webhook may have failed, been in
+   flight or been lost. Write-offs (an old delivery retried while adoption runs) are not
+   history of hookledger's own;
+4. when every kind is done, starts the lists' watermarks (and the events path's) where the
+   history ends.
 
-From then on no path dispatches a transition from before the cut-over: the guard records
-(never dispatches) an event stored after the cut-over that happened before it — a
+From then on no path dispatches a transition from before the history ended: the guard
+records (never dispatches) an event stored after the cut-over that happened before it — a
 processor retry of an old delivery, an undelivered event in the events API, a state a
-reconcile path finds dated earlier (:func:`receiver.core.guard.decide`). Objects with history of
-their own (webhooks that reached hookledger before adoption) are left to it: those
-webhooks are dispatched as usual.
+reconcile path finds dated earlier, an API observation of an object hookledger has no
+record of (:func:`receiver.core.guard.decide`). Objects with history of their own
+(webhooks that reached hookledger before adoption) are left to it: those webhooks are
+dispatched as usual.
 
 ``reconcile adopt --new-account`` records that the account has nothing before hookledger.
 ``reconcile backfill`` dispatches, on request, transitions adoption recorded (with a dry
