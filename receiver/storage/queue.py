@@ -34,6 +34,7 @@ class Claimed:
     """An event leased to one worker."""
 
     pk: int
+    account: str
     event_id: str
     object_key: str
     object_kind: str | None
@@ -309,6 +310,7 @@ class Queue:
         return [
             Claimed(
                 pk=int(h.id),
+                account=h.account,
                 event_id=h.event_id,
                 object_key=h.object_key,
                 object_kind=h.object_kind,

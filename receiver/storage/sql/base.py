@@ -139,15 +139,15 @@ class Statements(ABC):
 
     @abstractmethod
     def transition_owners(
-        self, conn: Connection, keys: Collection[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], int]:
-        """The owning event of each of the transitions ``keys`` (kind, id, state) that
-        exists."""
+        self, conn: Connection, keys: Collection[tuple[str, str, str, str]]
+    ) -> dict[tuple[str, str, str, str], int]:
+        """The owning event of each of the transitions ``keys`` (account, kind, id, state)
+        that exists."""
 
     @abstractmethod
-    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
-        """The projections of ``objects`` (kind, id) that exist: rows of ``object_kind,
-        object_id, status, stage, event_time, event_pk``."""
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str, str]]) -> list[Any]:
+        """The projections of ``objects`` (account, kind, id) that exist: rows of
+        ``account, object_kind, object_id, status, stage, event_time, event_pk``."""
 
     @abstractmethod
     def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:

@@ -68,7 +68,7 @@ CLOSE_EVENT = (
 def _upsert_projection() -> Any:
     stmt = sqlite.insert(PROJECTION)
     return stmt.on_conflict_do_update(
-        index_elements=["object_kind", "object_id"],
+        index_elements=["account", "object_kind", "object_id"],
         # Every column but the key.
         set_={
             name: (
@@ -76,7 +76,7 @@ def _upsert_projection() -> Any:
                 if name == "object_created_at"
                 else stmt.excluded[name]
             )
-            for name in OUTCOME_COLUMNS["p"][2:]
+            for name in OUTCOME_COLUMNS["p"][3:]
         },
     )
 
@@ -127,7 +127,7 @@ class SQLiteStatements(Statements):
         # SQLite reports the new row's id as ``lastrowid`` (no RETURNING round through the
         # cursor).
         self._insert_event = sqlite.insert(EVENT).on_conflict_do_nothing(
-            index_elements=["event_id"]
+            index_elements=["account", "event_id"]
         )
         self._upsert_projection = _upsert_projection()
         self._upsert_ledger = _upsert_ledger()
@@ -151,7 +151,7 @@ class SQLiteStatements(Statements):
     def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
         stmt = (
             sqlite.insert(EVENT)
-            .on_conflict_do_nothing(index_elements=["event_id"])
+            .on_conflict_do_nothing(index_elements=["account", "event_id"])
             .returning(EVENT.c.event_id)
         )
         return {r[0] for r in conn.execute(stmt, list(rows))}
@@ -197,29 +197,34 @@ class SQLiteStatements(Statements):
     # index for each combination); the rows are then narrowed to the exact tuples here.
 
     def transition_owners(
-        self, conn: Connection, keys: Collection[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], int]:
+        self, conn: Connection, keys: Collection[tuple[str, str, str, str]]
+    ) -> dict[tuple[str, str, str, str], int]:
         if not keys:
             return {}
         rows = conn.execute(
             select(
+                TRANSITION.c.account,
                 TRANSITION.c.object_kind,
                 TRANSITION.c.object_id,
                 TRANSITION.c.state,
                 TRANSITION.c.event_pk,
             ).where(
-                self.among(TRANSITION.c.object_kind, {k for k, _, _ in keys}),
-                self.among(TRANSITION.c.object_id, {i for _, i, _ in keys}),
-                self.among(TRANSITION.c.state, {t for _, _, t in keys}),
+                self.among(TRANSITION.c.account, {a for a, _, _, _ in keys}),
+                self.among(TRANSITION.c.object_kind, {k for _, k, _, _ in keys}),
+                self.among(TRANSITION.c.object_id, {i for _, _, i, _ in keys}),
+                self.among(TRANSITION.c.state, {t for _, _, _, t in keys}),
             )
         )
-        return {(r[0], r[1], r[2]): int(r[3]) for r in rows if (r[0], r[1], r[2]) in keys}
+        return {
+            (r[0], r[1], r[2], r[3]): int(r[4]) for r in rows if (r[0], r[1], r[2], r[3]) in keys
+        }
 
-    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str, str]]) -> list[Any]:
         if not objects:
             return []
         rows = conn.execute(
             select(
+                PROJECTION.c.account,
                 PROJECTION.c.object_kind,
                 PROJECTION.c.object_id,
                 PROJECTION.c.status,
@@ -227,11 +232,12 @@ class SQLiteStatements(Statements):
                 PROJECTION.c.event_time,
                 PROJECTION.c.event_pk,
             ).where(
-                self.among(PROJECTION.c.object_kind, {k for k, _ in objects}),
-                self.among(PROJECTION.c.object_id, {i for _, i in objects}),
+                self.among(PROJECTION.c.account, {a for a, _, _ in objects}),
+                self.among(PROJECTION.c.object_kind, {k for _, k, _ in objects}),
+                self.among(PROJECTION.c.object_id, {i for _, _, i in objects}),
             )
         )
-        return [r for r in rows if (r[0], r[1]) in objects]
+        return [r for r in rows if (r[0], r[1], r[2]) in objects]
 
     def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:
         done: dict[int, set[str]] = {}
