@@ -48,6 +48,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 
 import receiver.core.transitions as transitions
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.storage.database import deferred_begin
 from receiver.storage.tables import Projection
@@ -188,16 +189,23 @@ class FollowedObjects:
     """The sweep's storage: which objects to follow and when each is due."""
 
     def __init__(
-        self, engine: Engine, *, policy: SweepPolicy | None = None, clock: Clock = utcnow
+        self,
+        engine: Engine,
+        *,
+        policy: SweepPolicy | None = None,
+        clock: Clock = utcnow,
+        account: str = DEFAULT_ACCOUNT,
     ) -> None:
         self.engine = engine
+        #: The processor account whose projections the sweep follows.
+        self.account = account
         self.reader = deferred_begin(engine)
         self.policy = policy or SweepPolicy()
         self.clock = clock
         self._pg = engine.dialect.name == "postgresql"
 
     def __repr__(self) -> str:
-        return f"FollowedObjects(dialect={self.engine.dialect.name!r})"
+        return f"FollowedObjects(dialect={self.engine.dialect.name!r}, account={self.account!r})"
 
     def now(self) -> datetime:
         return as_utc(self.clock())
@@ -357,6 +365,7 @@ class FollowedObjects:
                 r.object_id: as_utc(r.created)
                 for r in conn.execute(
                     select(P.c.object_id, P.c.object_created_at.label("created")).where(
+                        P.c.account == self.account,
                         P.c.object_kind == kind,
                         P.c.object_id.in_(list(object_ids)),
                         P.c.object_created_at.is_not(None),
@@ -405,6 +414,7 @@ class FollowedObjects:
                 P.outerjoin(F, and_(F.c.kind == P.c.object_kind, F.c.object_id == P.c.object_id))
             )
             .where(
+                P.c.account == self.account,
                 P.c.object_kind == kind,
                 or_(
                     unsettled(kind, P.c.status, P.c.stage),
@@ -425,7 +435,9 @@ class FollowedObjects:
             row_due,
             func.coalesce(F.c.created_at, F.c.first_seen_at) >= since,
             ~select(P.c.object_id)
-            .where(P.c.object_kind == kind, P.c.object_id == F.c.object_id)
+            .where(
+                P.c.account == self.account, P.c.object_kind == kind, P.c.object_id == F.c.object_id
+            )
             .exists(),
         )
         candidates = union_all(from_projection, from_follow).subquery("due")

@@ -230,17 +230,17 @@ class Adopter:
 
     def declare_new_account(self) -> AdoptionReport:
         """Record that the account has nothing before hookledger (every path dispatches)."""
-        if self.inbox.operations.cutover_mode() == "adopted":
+        if self.inbox.operations.cutover_mode(account=self.store.account) == "adopted":
             raise ValueError(
                 "this database has adopted an account with history; it cannot be declared new"
             )
-        self.inbox.operations.set_cutover("new_account", None)
+        self.inbox.operations.set_cutover("new_account", None, account=self.store.account)
         return AdoptionReport(mode="new_account", dry_run=False, cutover_at=None)
 
     def adopt(self, options: AdoptOptions | None = None) -> AdoptionReport:
         """Adopt (or go on adopting) the account's current state; see the module docstring."""
         options = options or AdoptOptions()
-        if self.inbox.operations.cutover_mode() == "new_account":
+        if self.inbox.operations.cutover_mode(account=self.store.account) == "new_account":
             raise ValueError("this database was declared a new account; there is nothing to adopt")
         lease = None if options.dry_run else self.store.lock(self.owner)
         if lease is not None:
@@ -258,16 +258,18 @@ class Adopter:
         cutover = existing.at if existing is not None else truncate_ms(self.clock())
         if existing is None:
             # Webhooks stored before this version kept the first delivery bound the deploy too.
-            first = ops.first_stored_webhook()
+            first = ops.first_stored_webhook(account=self.store.account)
             if first is not None and not options.dry_run:
-                ops.record_first_delivery(first)
-            kept = ops.first_delivery()
+                ops.record_first_delivery(first, account=self.store.account)
+            kept = ops.first_delivery(account=self.store.account)
             if first is None or (kept is not None and kept < first):
                 first = kept
             if not options.dry_run:
-                ops.set_cutover("adopted", cutover)
+                ops.set_cutover("adopted", cutover, account=self.store.account)
             now = as_utc(self.clock())
-            existing = ops.cutover() or CutOver(at=cutover, recorded_at=now, first_delivery=first)
+            existing = ops.cutover(account=self.store.account) or CutOver(
+                at=cutover, recorded_at=now, first_delivery=first
+            )
         ends = existing.history_ends
         report = AdoptionReport(
             mode="adopted", dry_run=options.dry_run, cutover_at=cutover, history_ends=ends
@@ -416,6 +418,7 @@ class Adopter:
             when = remote.modified if remote.modified is not None else cutover
             projections.append(
                 {
+                    "account": self.store.account,
                     "object_kind": kind,
                     "object_id": remote.object_id,
                     "status": remote.state.status,
@@ -428,6 +431,7 @@ class Adopter:
             )
             owned.append(
                 {
+                    "account": self.store.account,
                     "object_kind": kind,
                     "object_id": remote.object_id,
                     "state": remote.state.key,
@@ -443,7 +447,7 @@ class Adopter:
         if replaced:
             # Over a write-off's projection only (never one a dispatched event set since).
             project = project.on_conflict_do_update(
-                index_elements=[P.c.object_kind, P.c.object_id],
+                index_elements=[P.c.account, P.c.object_kind, P.c.object_id],
                 set_={
                     c: project.excluded[c]
                     for c in ("status", "stage", "event_time", "object_created_at", "event_pk")
@@ -589,7 +593,7 @@ class Backfill:
                 part.remote_errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             remotes = recovery.read(kind, rows, part)
-            adopted = _adopted(r.inbox, kind, [x.object_id for x in remotes])
+            adopted = _adopted(r.inbox, r.store.account, kind, [x.object_id for x in remotes])
             chosen = [x for x in remotes if x.object_id in adopted]
             part.pages, part.requests = pager.pages, pager.requests
             if dry_run:
@@ -607,17 +611,18 @@ class Backfill:
                     else:
                         part.recovered[event_type] += 1
                 continue
-            _forget(r.inbox, kind, [x.object_id for x in chosen])
+            _forget(r.inbox, r.store.account, kind, [x.object_id for x in chosen])
             recovery.process(kind, chosen, part, confirm_ahead=False)
         return report
 
 
-def _adopted(inbox: Store, kind: str, object_ids: Sequence[str]) -> set[str]:
+def _adopted(inbox: Store, account: str, kind: str, object_ids: Sequence[str]) -> set[str]:
     if not object_ids:
         return set()
     with inbox.deferred.connect() as conn:
         rows = conn.execute(
             select(P.c.object_id).where(
+                P.c.account == account,
                 P.c.object_kind == kind,
                 P.c.object_id.in_(list(object_ids)),
                 P.c.event_pk == ADOPTED,
@@ -626,13 +631,14 @@ def _adopted(inbox: Store, kind: str, object_ids: Sequence[str]) -> set[str]:
         return set(rows)
 
 
-def _forget(inbox: Store, kind: str, object_ids: Sequence[str]) -> None:
+def _forget(inbox: Store, account: str, kind: str, object_ids: Sequence[str]) -> None:
     """Drop what adoption recorded for ``object_ids`` so their states dispatch again."""
     if not object_ids:
         return
     with inbox.engine.begin() as conn:
         conn.execute(
             delete(T).where(
+                T.c.account == account,
                 T.c.object_kind == kind,
                 T.c.object_id.in_(list(object_ids)),
                 T.c.event_pk == ADOPTED,
@@ -640,6 +646,7 @@ def _forget(inbox: Store, kind: str, object_ids: Sequence[str]) -> None:
         )
         conn.execute(
             delete(P).where(
+                P.c.account == account,
                 P.c.object_kind == kind,
                 P.c.object_id.in_(list(object_ids)),
                 P.c.event_pk == ADOPTED,

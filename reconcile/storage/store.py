@@ -28,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 
+from receiver.core.accounts import DEFAULT_ACCOUNT, object_key
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.guard import CutOver
 from receiver.core.transitions import State, make_state, read_event
@@ -74,7 +75,8 @@ _OBSERVE_PG = text(
     "LEFT JOIN LATERAL (SELECT pr.status, pr.stage, pr.event_pk, "
     "coalesce(ev.status = 'dead', false) AS dead FROM hookledger_projection AS pr "
     "LEFT JOIN hookledger_event AS ev ON ev.id = pr.event_pk "
-    "WHERE pr.object_kind = :kind AND pr.object_id = listed.object_id LIMIT 1) AS p ON true "
+    "WHERE pr.account = :account AND pr.object_kind = :kind "
+    "AND pr.object_id = listed.object_id LIMIT 1) AS p ON true "
     "WHERE p.status IS DISTINCT FROM listed.remote_status "
     "OR p.stage IS DISTINCT FROM listed.remote_stage OR p.dead"
 )
@@ -95,14 +97,18 @@ def _ids_json(object_ids: Iterable[str]) -> str:
 class ReconcileStore:
     """Watermarks, runs and seen ids on the receiver's database."""
 
-    def __init__(self, engine: Engine, *, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, engine: Engine, *, clock: Clock = utcnow, account: str = DEFAULT_ACCOUNT
+    ) -> None:
         self.engine = engine
         self.clock = clock
+        #: The processor account whose projections this store compares with the processor.
+        self.account = account
         self._pg = engine.dialect.name == "postgresql"
         self.reader = deferred_begin(engine)
 
     def __repr__(self) -> str:
-        return f"ReconcileStore(dialect={self.engine.dialect.name!r})"
+        return f"ReconcileStore(dialect={self.engine.dialect.name!r}, account={self.account!r})"
 
     def now(self) -> datetime:
         return as_utc(self.clock())
@@ -215,6 +221,7 @@ class ReconcileStore:
             }
         params = {
             "run_id": run_id,
+            "account": self.account,
             "kind": kind,
             "ids": _ids_json(ids),
             "statuses": json.dumps(
@@ -246,7 +253,11 @@ class ReconcileStore:
             rows = conn.execute(
                 select(P.c.object_id, P.c.status, P.c.stage, P.c.event_pk, E.c.status)
                 .select_from(P.outerjoin(E, E.c.id == P.c.event_pk))
-                .where(P.c.object_kind == kind, P.c.object_id.in_(list(object_ids)))
+                .where(
+                    P.c.account == self.account,
+                    P.c.object_kind == kind,
+                    P.c.object_id.in_(list(object_ids)),
+                )
             ).all()
         return {
             r[0]: Local(make_state(kind, r[1], r[2]), int(r[3]), dead=r[4] == EventStatus.DEAD)
@@ -258,7 +269,7 @@ class ReconcileStore:
         for those of ``object_ids`` that have any."""
         if not object_ids:
             return {}
-        keys = {f"{kind}:{object_id}": object_id for object_id in object_ids}
+        keys = {object_key(self.account, kind, object_id): object_id for object_id in object_ids}
         found: dict[str, list[State]] = {}
         with self.reader.connect() as conn:
             # Only the object index: an object has few events, the inbox may hold a backlog
@@ -281,10 +292,12 @@ class ReconcileStore:
         ids = list(object_ids)
         if not ids:
             return set()
-        keys = {f"{kind}:{object_id}": object_id for object_id in ids}
+        keys = {object_key(self.account, kind, object_id): object_id for object_id in ids}
         with self.reader.connect() as conn:
             projected = conn.execute(
-                select(P.c.object_id).where(P.c.object_kind == kind, P.c.object_id.in_(ids))
+                select(P.c.object_id).where(
+                    P.c.account == self.account, P.c.object_kind == kind, P.c.object_id.in_(ids)
+                )
             ).scalars()
             found = set(projected)
             events = conn.execute(
@@ -310,7 +323,7 @@ class ReconcileStore:
         ids = list(object_ids)
         if not ids:
             return set(), {}
-        keys = {f"{kind}:{object_id}": object_id for object_id in ids}
+        keys = {object_key(self.account, kind, object_id): object_id for object_id in ids}
         off = and_(
             E.c.source.in_([*Source.HISTORICAL, Source.API]),
             E.c.received_at >= cutover.recorded_at,
@@ -330,7 +343,7 @@ class ReconcileStore:
                     own.add(keys[key])
             for object_id, event_pk in conn.execute(
                 select(P.c.object_id, P.c.event_pk).where(
-                    P.c.object_kind == kind, P.c.object_id.in_(ids)
+                    P.c.account == self.account, P.c.object_kind == kind, P.c.object_id.in_(ids)
                 )
             ):
                 if int(event_pk) not in written_off.get(object_id, set()):
@@ -354,6 +367,7 @@ class ReconcileStore:
             seen_ids = select(each.c.value.label("object_id")).select_from(seen.join(each, true()))
         unseen = except_(
             select(P.c.object_id).where(
+                P.c.account == self.account,
                 P.c.object_kind == kind,
                 P.c.object_created_at >= as_utc(start),
                 P.c.object_created_at <= as_utc(end),
@@ -509,7 +523,7 @@ def adoption_state(inbox: Store, store: ReconcileStore) -> AdoptionState | None:
     adoption has begun and not finished; ``legacy``: reconcile ran here before adoption
     existed (its watermarks are its own history); ``None``: none of these.
     """
-    mode = inbox.operations.cutover_mode()
+    mode = inbox.operations.cutover_mode(account=store.account)
     if mode == "new_account":
         return "new_account"
     if mode == "adopted":
