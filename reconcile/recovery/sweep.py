@@ -259,6 +259,7 @@ class FollowedObjects:
         now = now or self.now()
         rows = [
             {
+                "account": self.account,
                 "kind": remote.kind,
                 "object_id": remote.object_id,
                 "created_at": remote.created,
@@ -278,7 +279,7 @@ class FollowedObjects:
         with self.engine.begin() as conn:
             conn.execute(
                 insert.on_conflict_do_update(
-                    index_elements=["kind", "object_id"],
+                    index_elements=["account", "kind", "object_id"],
                     set_={
                         "created_at": func.coalesce(insert.excluded.created_at, F.c.created_at),
                         "status": insert.excluded.status,
@@ -297,7 +298,7 @@ class FollowedObjects:
             insert = (postgresql.insert if self._pg else sqlite.insert)(F)
             conn.execute(
                 insert.on_conflict_do_update(
-                    index_elements=["kind", "object_id"],
+                    index_elements=["account", "kind", "object_id"],
                     set_={
                         "created_at": func.coalesce(insert.excluded.created_at, F.c.created_at),
                         "status": insert.excluded.status,
@@ -307,19 +308,24 @@ class FollowedObjects:
                         "checks": F.c.checks + 1,
                     },
                 ),
-                plan.follow,
+                [{**row, "account": self.account} for row in plan.follow],
             )
         for kind, ids in plan.settle.items():
             if self._pg:
                 # One array parameter: the statement text is the same for every chunk.
                 conn.execute(
                     delete(F).where(
+                        F.c.account == self.account,
                         F.c.kind == kind,
                         F.c.object_id == any_(bindparam("ids", ids, type_=ARRAY(Text()))),
                     )
                 )
             else:
-                conn.execute(delete(F).where(F.c.kind == kind, F.c.object_id.in_(ids)))
+                conn.execute(
+                    delete(F).where(
+                        F.c.account == self.account, F.c.kind == kind, F.c.object_id.in_(ids)
+                    )
+                )
 
     def postpone(
         self, kind: str, object_ids: Sequence[str], *, now: datetime | None = None
@@ -332,6 +338,7 @@ class FollowedObjects:
         born = self.born(kind, object_ids)
         rows = [
             {
+                "account": self.account,
                 "kind": kind,
                 "object_id": object_id,
                 "created_at": born.get(object_id),
@@ -348,7 +355,7 @@ class FollowedObjects:
         with self.engine.begin() as conn:
             conn.execute(
                 insert.on_conflict_do_update(
-                    index_elements=["kind", "object_id"],
+                    index_elements=["account", "kind", "object_id"],
                     set_={
                         "last_checked_at": insert.excluded.last_checked_at,
                         "next_check_at": insert.excluded.next_check_at,
@@ -374,6 +381,7 @@ class FollowedObjects:
             }
             for r in conn.execute(
                 select(F.c.object_id, F.c.created_at).where(
+                    F.c.account == self.account,
                     F.c.kind == kind,
                     F.c.object_id.in_([i for i in object_ids if i not in found]),
                     F.c.created_at.is_not(None),
@@ -411,7 +419,14 @@ class FollowedObjects:
                 func.coalesce(P.c.object_created_at, F.c.created_at).label("born"),
             )
             .select_from(
-                P.outerjoin(F, and_(F.c.kind == P.c.object_kind, F.c.object_id == P.c.object_id))
+                P.outerjoin(
+                    F,
+                    and_(
+                        F.c.account == P.c.account,
+                        F.c.kind == P.c.object_kind,
+                        F.c.object_id == P.c.object_id,
+                    ),
+                )
             )
             .where(
                 P.c.account == self.account,
@@ -431,6 +446,7 @@ class FollowedObjects:
             F.c.status.label("status"),
             F.c.created_at.label("born"),
         ).where(
+            F.c.account == self.account,
             F.c.kind == kind,
             row_due,
             func.coalesce(F.c.created_at, F.c.first_seen_at) >= since,
@@ -475,7 +491,9 @@ class FollowedObjects:
         with self.engine.begin() as conn:
             result = conn.execute(
                 delete(F).where(
-                    F.c.kind == kind, func.coalesce(F.c.created_at, F.c.first_seen_at) < since
+                    F.c.account == self.account,
+                    F.c.kind == kind,
+                    func.coalesce(F.c.created_at, F.c.first_seen_at) < since,
                 )
             )
         return int(result.rowcount or 0)

@@ -466,7 +466,10 @@ class Adopter:
 
     def _progress(self) -> dict[str, dict[str, Any]]:
         with self.store.reader.connect() as conn:
-            return {row.kind: dict(row._mapping) for row in conn.execute(select(A))}
+            return {
+                row.kind: dict(row._mapping)
+                for row in conn.execute(select(A).where(A.c.account == self.store.account))
+            }
 
     def _save(
         self,
@@ -490,8 +493,8 @@ class Adopter:
         with self.inbox.engine.begin() as conn:
             conn.execute(
                 insert(A)
-                .values(kind=name, started_at=now, **values)
-                .on_conflict_do_update(index_elements=["kind"], set_=values)
+                .values(account=self.store.account, kind=name, started_at=now, **values)
+                .on_conflict_do_update(index_elements=["account", "kind"], set_=values)
             )
 
 

@@ -120,7 +120,9 @@ class ReconcileStore:
 
     def watermark(self, kind: str) -> datetime | None:
         with self.reader.connect() as conn:
-            value = conn.execute(select(W.c.high_water).where(W.c.kind == kind)).scalar()
+            value = conn.execute(
+                select(W.c.high_water).where(W.c.account == self.account, W.c.kind == kind)
+            ).scalar()
         return as_utc(value) if value is not None else None
 
     def set_watermark(self, kind: str, high_water: datetime) -> None:
@@ -131,9 +133,9 @@ class ReconcileStore:
         with self.engine.begin() as conn:
             conn.execute(
                 self._insert(W)
-                .values(kind=kind, high_water=high_water, updated_at=now)
+                .values(account=self.account, kind=kind, high_water=high_water, updated_at=now)
                 .on_conflict_do_update(
-                    index_elements=["kind"],
+                    index_elements=["account", "kind"],
                     set_={"high_water": high_water, "updated_at": now},
                     where=W.c.high_water < high_water,
                 )
@@ -146,7 +148,12 @@ class ReconcileStore:
             run_id = conn.execute(
                 R.insert()
                 .values(
-                    mode=mode, owner=owner, started_at=self.now(), status="running", report="{}"
+                    account=self.account,
+                    mode=mode,
+                    owner=owner,
+                    started_at=self.now(),
+                    status="running",
+                    report="{}",
                 )
                 .returning(R.c.id)
             ).scalar_one()
@@ -165,13 +172,18 @@ class ReconcileStore:
 
     def runs(self, limit: int = 10) -> list[ReconcileRun]:
         with self.reader.connect() as conn:
-            rows = conn.execute(select(R).order_by(R.c.id.desc()).limit(limit)).all()
+            rows = conn.execute(
+                select(R).where(R.c.account == self.account).order_by(R.c.id.desc()).limit(limit)
+            ).all()
         return [ReconcileRun(**row._mapping) for row in rows]
 
     def running(self) -> ReconcileRun | None:
         with self.reader.connect() as conn:
             row = conn.execute(
-                select(R).where(R.c.status == "running").order_by(R.c.id.desc()).limit(1)
+                select(R)
+                .where(R.c.account == self.account, R.c.status == "running")
+                .order_by(R.c.id.desc())
+                .limit(1)
             ).first()
         return ReconcileRun(**row._mapping) if row is not None else None
 
@@ -386,8 +398,12 @@ class ReconcileStore:
     def has_history(self) -> bool:
         """True when reconcile has run on this database before (a run or a watermark)."""
         with self.reader.connect() as conn:
-            runs = conn.execute(select(R.c.id).where(R.c.status != "running").limit(1)).first()
-            marks = conn.execute(select(W.c.kind).limit(1)).first()
+            runs = conn.execute(
+                select(R.c.id).where(R.c.account == self.account, R.c.status != "running").limit(1)
+            ).first()
+            marks = conn.execute(
+                select(W.c.kind).where(W.c.account == self.account).limit(1)
+            ).first()
         return runs is not None or marks is not None
 
     # -- lock ------------------------------------------------------------------------------
@@ -414,6 +430,10 @@ class RunLease:
         self.store = store
         self.owner = owner
         self.lease_seconds = lease_seconds
+        #: One run at a time per account: the default account keeps the lock it always had.
+        self._name = (
+            LOCK_NAME if store.account == DEFAULT_ACCOUNT else f"{LOCK_NAME}/{store.account}"
+        )
         self._conn: Connection | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -437,7 +457,7 @@ class RunLease:
         if self.store._pg:
             conn = self.store.engine.connect()
             got = conn.execute(
-                text(f"SELECT pg_try_advisory_lock({_LOCK_KEY_SQL})"), {"lock_name": LOCK_NAME}
+                text(f"SELECT pg_try_advisory_lock({_LOCK_KEY_SQL})"), {"lock_name": self._name}
             ).scalar()
             conn.commit()
             if got:
@@ -450,9 +470,11 @@ class RunLease:
         with self.store.engine.begin() as conn:
             taken = conn.execute(
                 self.store._insert(K)
-                .values(name=LOCK_NAME, owner=self.owner, expires_at=expires)
+                .values(
+                    account=self.store.account, name=LOCK_NAME, owner=self.owner, expires_at=expires
+                )
                 .on_conflict_do_update(
-                    index_elements=["name"],
+                    index_elements=["account", "name"],
                     set_={"owner": self.owner, "expires_at": expires},
                     where=K.c.expires_at < now,
                 )
@@ -471,7 +493,11 @@ class RunLease:
                 with self.store.engine.begin() as conn:
                     conn.execute(
                         update(K)
-                        .where(K.c.name == LOCK_NAME, K.c.owner == self.owner)
+                        .where(
+                            K.c.account == self.store.account,
+                            K.c.name == LOCK_NAME,
+                            K.c.owner == self.owner,
+                        )
                         .values(expires_at=expires)
                     )
             except Exception:  # noqa: BLE001 - retry at the next beat
@@ -481,7 +507,7 @@ class RunLease:
         if self._conn is not None:
             try:
                 self._conn.execute(
-                    text(f"SELECT pg_advisory_unlock({_LOCK_KEY_SQL})"), {"lock_name": LOCK_NAME}
+                    text(f"SELECT pg_advisory_unlock({_LOCK_KEY_SQL})"), {"lock_name": self._name}
                 )
                 self._conn.commit()
             finally:
@@ -492,7 +518,13 @@ class RunLease:
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
         with self.store.engine.begin() as conn:
-            conn.execute(delete(K).where(K.c.name == LOCK_NAME, K.c.owner == self.owner))
+            conn.execute(
+                delete(K).where(
+                    K.c.account == self.store.account,
+                    K.c.name == LOCK_NAME,
+                    K.c.owner == self.owner,
+                )
+            )
 
     def __enter__(self) -> RunLease:
         self.acquire()
@@ -529,7 +561,9 @@ def adoption_state(inbox: Store, store: ReconcileStore) -> AdoptionState | None:
     if mode == "adopted":
         with store.reader.connect() as conn:
             unfinished = conn.execute(
-                select(_ADOPTION.c.kind).where(_ADOPTION.c.finished_at.is_(None)).limit(1)
+                select(_ADOPTION.c.kind)
+                .where(_ADOPTION.c.account == store.account, _ADOPTION.c.finished_at.is_(None))
+                .limit(1)
             ).first()
         return "adopting" if unfinished is not None else "adopted"
     return "legacy" if store.has_history() else None
