@@ -91,6 +91,7 @@ class InboxEvent(Base, table=True):
         Index("ix_hookledger_event_object", "object_key", "event_time", "id"),
         Index(
             "ix_hookledger_event_open_due",
+            "account",
             "next_attempt_at",
             "id",
             postgresql_where=text("status IN ('pending', 'processing')"),

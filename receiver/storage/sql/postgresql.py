@@ -79,6 +79,21 @@ TAKE_LEASES = text(
     "RETURNING object_key"
 )
 
+#: Accounts with open events after ``:after``: a skip scan of the open-events index, one
+#: probe per account (see :meth:`receiver.storage.sql.base.Statements.accounts_open`).
+ACCOUNTS_OPEN = text(
+    "WITH RECURSIVE a(account, n) AS ("
+    " SELECT (SELECT account FROM hookledger_event"
+    " WHERE status IN ('pending', 'processing') AND account > :after"
+    " ORDER BY account LIMIT 1), 1"
+    " UNION ALL"
+    " SELECT (SELECT e.account FROM hookledger_event AS e"
+    " WHERE e.status IN ('pending', 'processing') AND e.account > a.account"
+    " ORDER BY e.account LIMIT 1), a.n + 1"
+    " FROM a WHERE a.account IS NOT NULL AND a.n < :limit"
+    ") SELECT account FROM a WHERE account IS NOT NULL"
+)
+
 #: The guard's reads: one probe of a unique index per key (``LATERAL ... LIMIT 1`` keeps the
 #: planner from joining, or matching each column against a set of values, which reads the
 #: whole table once it judges the set large, or the table small: a worker's connection
@@ -203,6 +218,7 @@ class PostgreSQLStatements(Statements):
     name: ClassVar[str] = "postgresql"
     single_writer: ClassVar[bool] = False
     one_statement_batches: ClassVar[bool] = True
+    accounts_open_sql: ClassVar[Any] = ACCOUNTS_OPEN
 
     def __init__(self) -> None:
         self._insert_event = (
@@ -260,10 +276,10 @@ class PostgreSQLStatements(Statements):
 
     # -- queue ----------------------------------------------------------------------------
 
-    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+    def due_candidates(self, due: Any, now: datetime, scan: int, account: str) -> Any:
         return self.skip_locked(
             select(EVENT.c.id, EVENT.c.object_key)
-            .where(due)
+            .where(EVENT.c.account == account, due)
             .order_by(EVENT.c.next_attempt_at, EVENT.c.id)
             .limit(scan)
         )

@@ -98,10 +98,26 @@ def _upsert_ledger() -> Any:
 #: (status, next_attempt_at) index and sort them all, at each claim: a cost of the backlog.
 DUE_CANDIDATES = sql_text(
     "SELECT id, object_key FROM hookledger_event INDEXED BY ix_hookledger_event_open_due"
-    " WHERE status IN ('pending', 'processing') AND next_attempt_at <= :now"
+    " WHERE status IN ('pending', 'processing') AND account = :account"
+    " AND next_attempt_at <= :now"
     " AND (lease_expires_at IS NULL OR lease_expires_at < :now)"
     " ORDER BY next_attempt_at, id LIMIT :scan"
 ).bindparams(bindparam("now", type_=EVENT.c.next_attempt_at.type))
+
+#: Accounts with open events after ``:after``: a skip scan of the open-events index, one
+#: probe per account (see :meth:`receiver.storage.sql.base.Statements.accounts_open`).
+ACCOUNTS_OPEN = sql_text(
+    "WITH RECURSIVE a(account, n) AS ("
+    " SELECT (SELECT account FROM hookledger_event INDEXED BY ix_hookledger_event_open_due"
+    " WHERE status IN ('pending', 'processing') AND account > :after"
+    " ORDER BY account LIMIT 1), 1"
+    " UNION ALL"
+    " SELECT (SELECT e.account FROM hookledger_event AS e INDEXED BY ix_hookledger_event_open_due"
+    " WHERE e.status IN ('pending', 'processing') AND e.account > a.account"
+    " ORDER BY e.account LIMIT 1), a.n + 1"
+    " FROM a WHERE a.account IS NOT NULL AND a.n < :limit"
+    ") SELECT account FROM a WHERE account IS NOT NULL"
+)
 
 #: ``+status``: SQLite then uses no index for this term, so it seeks the object index for
 #: the keys; with a plain ``status IN`` it would rather read every open event (the backlog)
@@ -122,6 +138,7 @@ def waiting_sql(count: int) -> str:
 class SQLiteStatements(Statements):
     name: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
+    accounts_open_sql: ClassVar[Any] = ACCOUNTS_OPEN
 
     def __init__(self) -> None:
         # SQLite reports the new row's id as ``lastrowid`` (no RETURNING round through the
@@ -164,8 +181,8 @@ class SQLiteStatements(Statements):
 
     # -- queue ----------------------------------------------------------------------------
 
-    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
-        return DUE_CANDIDATES.bindparams(now=now, scan=scan)
+    def due_candidates(self, due: Any, now: datetime, scan: int, account: str) -> Any:
+        return DUE_CANDIDATES.bindparams(now=now, scan=scan, account=account)
 
     @property
     def open_of_objects(self) -> Any:

@@ -408,3 +408,24 @@ def test_a_one_account_database_upgrades_in_place(database_url: str) -> None:
         assert [r[0] for r in kept] == ["eu"]
     finally:
         WebhookReceiver.state(app).store.engine.dispose()
+
+
+def test_a_flood_in_one_account_does_not_keep_another_waiting(make_app: AppFactory) -> None:
+    """Workers take turns between accounts: the quiet account's event, received after a
+    flood of the other's, is in the very next batch (FIFO would run it after the flood)."""
+    app = _two_accounts(make_app)
+    store = WebhookReceiver.state(app).store
+    flood = [
+        (build_event("payment_succeeded", merchant_id="merchant_eu"), "eu") for _ in range(300)
+    ]
+    for body, account in flood:
+        raw = encode(body)
+        store.inbox.insert(parse_event(raw), raw, account=account)
+    quiet = encode(build_event("payment_succeeded", merchant_id="merchant_us", object_id="pay_q"))
+    store.inbox.insert(parse_event(quiet), quiet, account="us")
+    claimed = store.queue.claim_batch("w1", 60, limit=16)
+    assert len(claimed) == 16
+    assert [c.account for c in claimed].count("us") == 1
+    # Within an account, due order still holds: eu's earliest come first.
+    eu_ids = [c.pk for c in claimed if c.account == "eu"]
+    assert eu_ids == sorted(eu_ids)

@@ -9,7 +9,8 @@
   (``uq_hookledger_event_account_event_id``), a conflict per (account, event id, body),
   a projection per (account, kind, id), a transition per (account, kind, id, state), a
   cut-over row per (account, name). The projections' creation-time index leads with the
-  account (the reconciler reads one account's range).
+  account (the reconciler reads one account's range), and so does the index over open
+  events (``ix_hookledger_event_open_due``: workers take turns between accounts).
 - Object keys (``kind:id``) and the handler ledger (keyed by the event's row id) are not
   rewritten: the default account keeps its keys, other accounts' keys carry their id
   (:func:`receiver.core.accounts.object_key`). Nothing is re-dispatched.
@@ -40,6 +41,9 @@ DEFAULT = sa.text("'default'")
 OPEN = sa.text("status IN ('pending', 'processing')")
 KNOWN = sa.text("object_created_at IS NOT NULL")
 CREATED = "ix_hookledger_projection_created"
+#: The open events by account, then due time: workers take turns between the accounts with
+#: due events, each account's in due order (see :meth:`receiver.storage.queue.Queue.claim_batch`).
+OPEN_DUE = "ix_hookledger_event_open_due"
 
 #: table -> (old key kind, old key name, old columns, new key name, new columns)
 KEYS: dict[str, tuple[str, str, list[str], str, list[str]]] = {
@@ -127,8 +131,7 @@ def _migrate(*, up: bool) -> None:
     sqlite = op.get_bind().dialect.name == "sqlite"
     high = int(op.get_bind().execute(HIGHEST_ID).scalar_one()) if sqlite else 0
     op.drop_index(CREATED, table_name="hookledger_projection")
-    if sqlite:
-        op.drop_index("ix_hookledger_event_open_due", table_name="hookledger_event")
+    op.drop_index(OPEN_DUE, table_name="hookledger_event")
     for table, (kind, old_name, old_cols, new_name, new_cols) in KEYS.items():
         if sqlite:
             kwargs = {"sqlite_autoincrement": True} if table == "hookledger_event" else {}
@@ -160,12 +163,13 @@ def _migrate(*, up: bool) -> None:
         op.drop_column("hookledger_rejection", "account")
     if sqlite:
         _keep_sequence(high)
-        op.create_index(
-            "ix_hookledger_event_open_due",
-            "hookledger_event",
-            ["next_attempt_at", "id"],
-            sqlite_where=OPEN,
-        )
+    op.create_index(
+        OPEN_DUE,
+        "hookledger_event",
+        ["account", "next_attempt_at", "id"] if up else ["next_attempt_at", "id"],
+        postgresql_where=OPEN,
+        sqlite_where=OPEN,
+    )
     created = ["account", "object_kind", "object_created_at"] if up else ["object_kind"]
     if not up:
         created.append("object_created_at")
