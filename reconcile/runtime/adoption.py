@@ -49,6 +49,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 import receiver.core.status as statuses
 import receiver.core.transitions as transitions
 import reconcile.core.diff as diff
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.guard import ADOPTED, CutOver
 from receiver.storage.tables import Projection, Source, Transition
@@ -217,10 +218,17 @@ class Adopter:
         store: ReconcileStore | None = None,
         clock: Clock = utcnow,
         owner: str | None = None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> None:
+        """``account``: the processor account ``client`` speaks for (``store``, when given,
+        must be that account's)."""
         self.client = client
         self.inbox = inbox
-        self.store = store or ReconcileStore(inbox.engine, clock=clock)
+        self.store = store or ReconcileStore(inbox.engine, clock=clock, account=account)
+        if self.store.account != account:
+            raise ValueError(
+                f"the store is account {self.store.account!r}'s, the adoption {account!r}'s"
+            )
         self.clock = clock
         self.owner = owner or worker_name()
         self._pg = inbox.engine.dialect.name == "postgresql"
@@ -277,12 +285,22 @@ class Adopter:
         recovery = Recovery(
             self.inbox,
             self.store,
-            FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock),
+            FollowedObjects(
+                self.inbox.engine,
+                policy=options.sweep_policy,
+                clock=self.clock,
+                account=self.store.account,
+            ),
             options=RecoveryOptions(dry_run=options.dry_run),
             clock=self.clock,
         )
         budget = options.max_requests
-        followed = FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock)
+        followed = FollowedObjects(
+            self.inbox.engine,
+            policy=options.sweep_policy,
+            clock=self.clock,
+            account=self.store.account,
+        )
         for name in options.kinds:
             kind = KIND_NAMES[name]
             row = progress.get(name)
@@ -577,7 +595,9 @@ class Backfill:
         options = options or AdoptOptions()
         window = (truncate_ms(since), min(truncate_ms(until), truncate_ms(r.clock())))
         report = BackfillReport(dry_run=dry_run, window=window)
-        followed = FollowedObjects(r.inbox.engine, policy=options.sweep_policy, clock=r.clock)
+        followed = FollowedObjects(
+            r.inbox.engine, policy=options.sweep_policy, clock=r.clock, account=r.store.account
+        )
         recovery = Recovery(
             r.inbox,
             r.store,
