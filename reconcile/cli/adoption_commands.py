@@ -69,7 +69,8 @@ def adopt_cmd(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    from reconcile.runtime.adoption import Adopter, AdoptOptions, render_adoption
+    from reconcile.runtime.adoption import Adopter, AdoptOptions
+    from reconcile.runtime.adoption_report import render_adoption
 
     obj.check_schema()
     client = obj.client()
@@ -124,7 +125,7 @@ def backfill_cmd(
     yes: bool,
     as_json: bool,
 ) -> None:
-    from reconcile.runtime.adoption import Backfill
+    from reconcile.runtime.backfill import Backfill
 
     obj.check_schema()
     client = obj.client()
