@@ -60,7 +60,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
 
 import receiver.core.signals as signals
-import receiver.storage.operator_reads as queries
+import receiver.storage.recon_run_reads as recon_runs
 import receiver.worker.heartbeat as heartbeat
 from receiver.core.clock import as_utc
 from receiver.core.errors import ConfigurationError
@@ -192,7 +192,7 @@ class _Instruments:
         report = info.get("report")
         if not isinstance(report, dict) or report.get("dry_run"):
             return
-        for figure in queries.recon_figures(report):
+        for figure in recon_runs.recon_figures(report):
             if figure.recovered:
                 self.recovered.labels(kind=figure.kind, path=figure.path).inc(figure.recovered)
             if figure.unresolved:
@@ -283,7 +283,7 @@ class DatabaseCollector(Collector):
 
         from receiver.storage.database import deferred_begin
 
-        run = queries.RECON_RUN
+        run = recon_runs.RECON_RUN
         with deferred_begin(self.engine).connect() as conn:
             if not inspect(conn).has_table("hookledger_recon_run"):
                 return
@@ -317,11 +317,11 @@ class DatabaseCollector(Collector):
             labels=["kind", "path"],
         )
         if latest is not None:
-            row = queries._run_row(latest)
+            row = recon_runs._run_row(latest)
             info.add_metric([row.status, row.mode], 1)
             if row.finished_at is not None:
                 when.add_metric([], row.finished_at.timestamp())
-            for figure in queries.recon_figures(row.report):
+            for figure in recon_runs.recon_figures(row.report):
                 recovered.add_metric([figure.kind, figure.path], figure.recovered)
                 drift.add_metric([figure.kind, figure.path], figure.unresolved)
         yield info

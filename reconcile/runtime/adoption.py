@@ -1,4 +1,4 @@
-"""Going live on an account with history: adoption, the cut-over, and explicit backfills.
+"""Going live on an account with history: adoption and the cut-over it records.
 
 A shop that installs hookledger on an account that has taken payments for months must not
 have its handlers run for what its earlier system already handled. ``reconcile adopt``:
@@ -29,30 +29,28 @@ record of (:func:`receiver.core.guard.decide`). Objects with history of their ow
 dispatched as usual.
 
 ``reconcile adopt --new-account`` records that the account has nothing before hookledger.
-``reconcile backfill`` dispatches, on request, transitions adoption recorded (with a dry
-run that counts them first).
+Its report is in :mod:`reconcile.runtime.adoption_report`; ``reconcile backfill``, which
+dispatches on request transitions adoption recorded, in :mod:`reconcile.runtime.backfill`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from sqlalchemy import Table, delete, select
+from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-import receiver.core.status as statuses
 import receiver.core.transitions as transitions
 import reconcile.core.diff as diff
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.guard import ADOPTED, CutOver
-from receiver.storage.tables import Projection, Source, Transition
+from receiver.storage.tables import Projection, Transition
 from receiver.store import Store
 from receiver.worker.runner import worker_name
 from reconcile.client.paging import Pager
@@ -62,7 +60,8 @@ from reconcile.core.errors import ProcessorError
 from reconcile.core.report import SAMPLE, KindReport
 from reconcile.recovery.recover import Recovery, RecoveryOptions
 from reconcile.recovery.sweep import FollowedObjects, SweepPolicy
-from reconcile.runtime.runner import KIND_NAMES, LISTED_KINDS, Reconciler, kind_pager, truncate_ms
+from reconcile.runtime.adoption_report import AdoptionReport, KindAdoption
+from reconcile.runtime.runner import KIND_NAMES, LISTED_KINDS, kind_pager, truncate_ms
 from reconcile.storage.store import AdoptionState as AdoptionState
 from reconcile.storage.store import ReconcileStore
 from reconcile.storage.store import adoption_state as adoption_state
@@ -103,97 +102,6 @@ class AdoptOptions:
             raise ValueError(f"adoption lists {sorted(LISTED_KINDS)}, not {unknown}")
         if self.max_requests < 1:
             raise ValueError("the request budget must be positive")
-
-
-@dataclass(kw_only=True, slots=True)
-class KindAdoption:
-    """What adoption did for one kind."""
-
-    history: tuple[datetime, datetime]
-    reached: datetime | None = None
-    finished: bool = False
-    listed: int = 0
-    recorded: Counter[str] = field(default_factory=Counter)
-    own_history: int = 0
-    #: Objects whose state changed after the earlier system's history ended (at or after
-    #: the deploy, or after the cut-over, before adoption read them): dispatched, by state.
-    dispatched: Counter[str] = field(default_factory=Counter)
-    followed: int = 0
-    unknown_status: int = 0
-    bad_rows: list[str] = field(default_factory=list)
-    incomplete: list[str] = field(default_factory=list)
-    requests: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "history": [self.history[0].isoformat(), self.history[1].isoformat()],
-            "reached": self.reached.isoformat() if self.reached else None,
-            "finished": self.finished,
-            "listed": self.listed,
-            "recorded": dict(sorted(self.recorded.items())),
-            "recorded_total": sum(self.recorded.values()),
-            "own_history": self.own_history,
-            "dispatched": dict(sorted(self.dispatched.items())),
-            "followed": self.followed,
-            "unknown_status": self.unknown_status,
-            "bad_rows": self.bad_rows,
-            "incomplete": self.incomplete,
-            "requests": self.requests,
-        }
-
-
-@dataclass(kw_only=True, slots=True)
-class AdoptionReport:
-    mode: str
-    dry_run: bool
-    cutover_at: datetime | None
-    #: Where the earlier system's history ends (the cut-over, or just before the first
-    #: delivery hookledger was sent, if earlier): what changed since is dispatched.
-    history_ends: datetime | None = None
-    kinds: dict[str, KindAdoption] = field(default_factory=dict)
-
-    @property
-    def finished(self) -> bool:
-        return all(k.finished for k in self.kinds.values())
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "dry_run": self.dry_run,
-            "cutover_at": self.cutover_at.isoformat() if self.cutover_at else None,
-            "history_ends": self.history_ends.isoformat() if self.history_ends else None,
-            "finished": self.finished,
-            "kinds": {name: k.as_dict() for name, k in self.kinds.items()},
-        }
-
-
-def render_adoption(report: dict[str, Any]) -> str:
-    """An adoption report as a table for people."""
-    head = (
-        f"adoption ({report['mode']}{', dry run' if report['dry_run'] else ''}): "
-        f"{'finished' if report['finished'] else 'not finished: run `reconcile adopt` again'}"
-    )
-    if report["cutover_at"]:
-        head += f"; cut-over {report['cutover_at']}"
-    if report.get("history_ends") and report["history_ends"] != report["cutover_at"]:
-        head += f"; history ends {report['history_ends']} (the first delivery)"
-    lines = [head]
-    for name, k in report["kinds"].items():
-        line = (
-            f"{name:<9} listed {k['listed']}, recorded {k['recorded_total']}, with history of "
-            f"their own {k['own_history']}, followed {k['followed']}, requests {k['requests']}"
-        )
-        if not k["finished"]:
-            line += f", read back to {k['reached'] or 'the cut-over'}"
-        lines.append(line)
-        for state, n in k["recorded"].items():
-            lines.append(f"{'':<9} recorded {n} x {state}")
-        for state, n in k.get("dispatched", {}).items():
-            lines.append(f"{'':<9} changed since, dispatched {n} x {state}")
-        for label in ("incomplete", "bad_rows"):
-            for item in k[label]:
-                lines.append(f"{'':<9} {label}: {item}")
-    return "\n".join(lines)
 
 
 def _windows(start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime]]:
@@ -360,7 +268,7 @@ class Adopter:
         options: AdoptOptions,
     ) -> tuple[bool, int]:
         """Adopt the objects of one window; returns (window complete, requests spent)."""
-        pager = _pager(self.client, name, low, high, budget, options)
+        pager = adoption_pager(self.client, name, low, high, budget, options)
         chunk: list[Remote] = []
         try:
             for row in pager:
@@ -516,7 +424,7 @@ class Adopter:
             )
 
 
-def _pager(
+def adoption_pager(
     client: ProcessorClient, name: str, low: datetime, high: datetime, budget: int, o: AdoptOptions
 ) -> Pager:
     return kind_pager(
@@ -549,140 +457,8 @@ def _known(remote: Remote) -> bool:
     return model is not None and remote.state is not None and model.knows(remote.state.status)
 
 
-# -- backfill ---------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True, slots=True)
-class BackfillReport:
-    dry_run: bool
-    window: tuple[datetime, datetime]
-    kinds: dict[str, KindReport] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "dry_run": self.dry_run,
-            "window": [self.window[0].isoformat(), self.window[1].isoformat()],
-            "kinds": {name: k.as_dict() for name, k in self.kinds.items()},
-            "total": sum(sum(k.recovered.values()) for k in self.kinds.values()),
-        }
-
-
-class Backfill:
-    """Dispatch, on request, transitions adoption recorded as already seen.
-
-    For the objects created in ``[since, until]`` whose projection adoption recorded, the
-    current state is read again from the processor and dispatched to the handlers (inbox
-    source ``backfill``, exempt from the cut-over). A dry run counts them and changes
-    nothing.
-    """
-
-    def __init__(self, reconciler: Reconciler) -> None:
-        self.reconciler = reconciler
-
-    def __repr__(self) -> str:
-        return "Backfill()"
-
-    def run(
-        self,
-        since: datetime,
-        until: datetime,
-        *,
-        kinds: Sequence[str] = LISTED_KINDS,
-        dry_run: bool = True,
-        options: AdoptOptions | None = None,
-    ) -> BackfillReport:
-        r = self.reconciler
-        options = options or AdoptOptions()
-        window = (truncate_ms(since), min(truncate_ms(until), truncate_ms(r.clock())))
-        report = BackfillReport(dry_run=dry_run, window=window)
-        followed = FollowedObjects(
-            r.inbox.engine, policy=options.sweep_policy, clock=r.clock, account=r.store.account
-        )
-        recovery = Recovery(
-            r.inbox,
-            r.store,
-            followed,
-            options=RecoveryOptions(dry_run=dry_run, source=Source.BACKFILL),
-            clock=r.clock,
-        )
-        for name in kinds:
-            kind = KIND_NAMES[name]
-            part = KindReport(window=window)
-            report.kinds[name] = part
-            pager = _pager(r.client, name, *window, options.max_requests, options)
-            try:
-                rows = list(pager)
-            except ProcessorError as exc:
-                part.remote_errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            remotes = recovery.read(kind, rows, part)
-            adopted = _adopted(r.inbox, r.store.account, kind, [x.object_id for x in remotes])
-            chosen = [x for x in remotes if x.object_id in adopted]
-            part.pages, part.requests = pager.pages, pager.requests
-            if dry_run:
-                # What adoption recorded is, to the diff, in sync: count what a backfill would
-                # dispatch (each object's current state, where the processor sends an event).
-                for remote in chosen:
-                    part.checked += 1
-                    event_type = (
-                        statuses.event_type_for_status(kind, remote.state.status)
-                        if remote.state is not None
-                        else None
-                    )
-                    if event_type is None:
-                        part.no_event += 1
-                    else:
-                        part.recovered[event_type] += 1
-                continue
-            _forget(r.inbox, r.store.account, kind, [x.object_id for x in chosen])
-            recovery.process(kind, chosen, part, confirm_ahead=False)
-        return report
-
-
-def _adopted(inbox: Store, account: str, kind: str, object_ids: Sequence[str]) -> set[str]:
-    if not object_ids:
-        return set()
-    with inbox.deferred.connect() as conn:
-        rows = conn.execute(
-            select(P.c.object_id).where(
-                P.c.account == account,
-                P.c.object_kind == kind,
-                P.c.object_id.in_(list(object_ids)),
-                P.c.event_pk == ADOPTED,
-            )
-        ).scalars()
-        return set(rows)
-
-
-def _forget(inbox: Store, account: str, kind: str, object_ids: Sequence[str]) -> None:
-    """Drop what adoption recorded for ``object_ids`` so their states dispatch again."""
-    if not object_ids:
-        return
-    with inbox.engine.begin() as conn:
-        conn.execute(
-            delete(T).where(
-                T.c.account == account,
-                T.c.object_kind == kind,
-                T.c.object_id.in_(list(object_ids)),
-                T.c.event_pk == ADOPTED,
-            )
-        )
-        conn.execute(
-            delete(P).where(
-                P.c.account == account,
-                P.c.object_kind == kind,
-                P.c.object_id.in_(list(object_ids)),
-                P.c.event_pk == ADOPTED,
-            )
-        )
-
-
 __all__ = [
     "AdoptOptions",
     "Adopter",
-    "AdoptionReport",
-    "Backfill",
-    "BackfillReport",
     "adoption_state",
-    "render_adoption",
 ]

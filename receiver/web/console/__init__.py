@@ -51,6 +51,7 @@ from markupsafe import Markup
 from werkzeug.wrappers import Response as BaseResponse
 
 import receiver.storage.operator_reads as queries
+import receiver.storage.recon_run_reads as recon_runs
 import receiver.worker.heartbeat as heartbeat
 from receiver.core.errors import ConfigurationError
 from receiver.core.masking import mask_body, mask_headers
@@ -416,13 +417,13 @@ def _blueprint(gate: _Gate) -> Blueprint:
     @bp.get("/reconcile")
     def reconcile() -> str:
         offset = _int(request.args.get("offset"), 0, 0, 10_000_000)
-        page = queries.reconcile_runs(_engine(), limit=PAGE_SIZE, offset=offset)
-        recent = queries.reconcile_runs(_engine(), limit=60).rows
+        page = recon_runs.reconcile_runs(_engine(), limit=PAGE_SIZE, offset=offset)
+        recent = recon_runs.reconcile_runs(_engine(), limit=60).rows
         points = []
         for run in reversed(recent):
             if run.status in ("running", "dry_run"):
                 continue
-            figures = queries.recon_figures(run.report)
+            figures = recon_runs.recon_figures(run.report)
             recovered: dict[str, int] = {}
             for f in figures:
                 recovered[f.path] = recovered.get(f.path, 0) + f.recovered
@@ -436,7 +437,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
                 )
             )
         rows = [
-            (run, {f.path: f.recovered for f in queries.recon_figures(run.report)})
+            (run, {f.path: f.recovered for f in recon_runs.recon_figures(run.report)})
             for run in page.rows
         ]
         return render(
@@ -451,13 +452,13 @@ def _blueprint(gate: _Gate) -> Blueprint:
 
     @bp.get("/reconcile/<int:run_id>")
     def reconcile_run(run_id: int) -> str:
-        run = queries.get_run(_engine(), run_id)
+        run = recon_runs.get_run(_engine(), run_id)
         if run is None:
             abort(404)
         return render(
             "run.html",
             run=run,
-            figures=queries.recon_figures(run.report),
+            figures=recon_runs.recon_figures(run.report),
             report=json.dumps(run.report, indent=2, default=str),
             title=f"Reconcile run #{run_id}",
             tab="reconcile",

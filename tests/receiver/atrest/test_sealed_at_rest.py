@@ -505,7 +505,7 @@ def test_the_rejection_log_is_rate_limited_and_capped(make_app: AppFactory) -> N
 
 def test_the_reconciler_stores_sealed_rows(database_url: str, engine: sa.Engine) -> None:
     """``reconcile``'s inbox takes HOOKLEDGER_DATA_KEYS from the environment."""
-    from reconcile.cli.commands import Context
+    from reconcile.cli.context import Context
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOOKLEDGER_DATA_KEYS", f"k1:{KEY1}")

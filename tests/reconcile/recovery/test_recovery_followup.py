@@ -16,7 +16,7 @@ import pytest
 from receiver import Defer, Event
 from receiver.storage.operator_actions import EventFilter
 from receiver.storage.tables import EventStatus, Source
-from reconcile.cli.commands import EXIT_OK, EXIT_UNRESOLVED, exit_code
+from reconcile.cli.context import EXIT_OK, EXIT_UNRESOLVED, exit_code
 from reconcile.core.report import Report
 from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory

@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 
 from reconcile.core.errors import NotAdopted
-from reconcile.runtime.adoption import Adopter, AdoptOptions, Backfill, adoption_state
+from reconcile.runtime.adoption import Adopter, AdoptOptions, adoption_state
+from reconcile.runtime.backfill import Backfill
 from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.world import World, world

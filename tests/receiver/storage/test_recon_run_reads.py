@@ -1,10 +1,10 @@
-"""The operator reads see the reconciler's run table through a table clause of their own (the
-receiver never imports the reconciler): every column they name exists in the reconciler's
-model with the same name and a compatible type."""
+"""The reads of the reconciler's runs see its run table through a table clause of their own
+(the receiver never imports the reconciler): every column they name exists in the
+reconciler's model with the same name and a compatible type."""
 
 from __future__ import annotations
 
-from receiver.storage.operator_reads import RECON_RUN
+from receiver.storage.recon_run_reads import RECON_RUN
 from reconcile.storage.tables import ReconcileRun
 
 

@@ -1,0 +1,161 @@
+"""What the ``reconcile`` commands share: the exit codes (and the help line that lists them),
+a failure said in one line, the :class:`Context` (the receiver's inbox, the processor client
+and the events-API path, built lazily from the options and the environment), a run's errors
+and a finished run's report turned into exit codes, the output as JSON or text, and UTC for
+the time options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, Literal, NoReturn, cast
+
+import click
+from sqlalchemy.exc import OperationalError
+
+import receiver.storage.database as db
+from receiver.config.data_at_rest import from_environment
+from receiver.core.errors import ConfigurationError, HookledgerError, StorageUnavailable
+from receiver.core.signature import parse_secrets
+from receiver.store import Store
+from reconcile.client.processor import ProcessorClient
+from reconcile.core.errors import AdoptionInProgress, NotAdopted, ReconcileLocked
+from reconcile.core.report import STATUS_INCOMPLETE, STATUS_UNRESOLVED, Report
+from reconcile.storage.store import RECONCILE_MIGRATIONS
+
+EXIT_OK, EXIT_UNRESOLVED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
+EXIT_PROCESSOR, EXIT_DATABASE, EXIT_NOT_ADOPTED = 4, 5, 6
+
+EXIT_HELP = (
+    "Exit codes: 0 reconciled, 1 drift found, 2 usage or configuration error, 3 another run "
+    "holds the lock, 4 the processor could not be read completely, 5 database unreachable, "
+    "6 no adoption record (run `reconcile adopt`)."
+)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    click.echo(f"reconcile: {message}", err=True)
+    sys.exit(code)
+
+
+class Context:
+    """Lazily built from options and environment when a command runs."""
+
+    def __init__(
+        self, database_url: str | None, processor_url: str | None, environment: str | None
+    ) -> None:
+        self.database_url = database_url
+        self.processor_url = processor_url
+        self.environment = environment
+        self._inbox: Store | None = None
+
+    def inbox(self) -> Store:
+        if self._inbox is None:
+            if not self.database_url:
+                fail("set HOOKLEDGER_DATABASE_URL (or --database-url)")
+            try:
+                data = from_environment()  # HOOKLEDGER_DATA_KEYS: what it stores is sealed too
+                self._inbox = Store(
+                    db.make_engine(self.database_url),
+                    keyring=data.keyring,
+                    rejections=data.rejections,
+                )
+            except ConfigurationError as exc:
+                fail(exc.message)
+        return self._inbox
+
+    def client(self) -> ProcessorClient:
+        key = os.environ.get("HOOKLEDGER_API_KEY")
+        if not self.processor_url:
+            fail("set HOOKLEDGER_PROCESSOR_URL (or --processor-url)")
+        if not key:
+            fail("set HOOKLEDGER_API_KEY (the processor's secret API key)")
+        try:
+            return ProcessorClient(
+                self.processor_url,
+                key,
+                environment=cast(Literal["sandbox", "production"] | None, self.environment),
+            )
+        except (ConfigurationError, ValueError) as exc:
+            fail(exc.message if isinstance(exc, HookledgerError) else str(exc))
+
+    def events_path(self) -> Any:
+        """The events-API path, when an admin key is configured (else ``None``)."""
+        admin_key = os.environ.get("HOOKLEDGER_ADMIN_API_KEY")
+        if not admin_key:
+            return None
+        from reconcile.client.events_api import EventsClient
+        from reconcile.recovery.undelivered import UndeliveredEvents
+
+        merchant_id = os.environ.get("HOOKLEDGER_MERCHANT_ID")
+        if not merchant_id:
+            fail("the events-API path (HOOKLEDGER_ADMIN_API_KEY) needs HOOKLEDGER_MERCHANT_ID")
+        try:
+            secrets = parse_secrets(os.environ.get("HOOKLEDGER_SECRETS"))
+        except ConfigurationError as exc:
+            fail(exc.message)
+        if not secrets:
+            fail(
+                "the events-API path verifies what it recovers: set HOOKLEDGER_SECRETS "
+                "(the webhook signing secrets)"
+            )
+        environment = self.environment or self.client().environment
+        try:
+            api = EventsClient(
+                str(self.processor_url),
+                admin_key,
+                environment=cast(Literal["sandbox", "production"], environment),
+            )
+        except (ConfigurationError, ValueError) as exc:
+            fail(exc.message if isinstance(exc, HookledgerError) else str(exc))
+        resend = os.environ.get("HOOKLEDGER_EVENTS_RESEND", "").lower() in ("1", "true", "yes")
+        return UndeliveredEvents(api, self.inbox(), secrets, merchant_id, resend=resend)
+
+    def check_schema(self) -> None:
+        engine = self.inbox().engine
+        try:
+            db.check_schema(engine)
+            db.check_schema(engine, RECONCILE_MIGRATIONS)
+        except ConfigurationError as exc:
+            fail(exc.message.replace("hookledger db upgrade", "reconcile db upgrade"))
+        except OperationalError:
+            fail("the database is unreachable", EXIT_DATABASE)
+
+
+def exit_code(report: Report) -> int:
+    """The documented exit code of a finished run's report."""
+    if report.status == STATUS_INCOMPLETE:
+        return EXIT_PROCESSOR
+    if report.status == STATUS_UNRESOLVED:
+        return EXIT_UNRESOLVED
+    return EXIT_OK
+
+
+@contextmanager
+def exit_on_error() -> Iterator[None]:
+    """Turn the run's errors into one line on stderr and a documented exit code."""
+    try:
+        yield
+    except ReconcileLocked as exc:
+        fail(exc.message, EXIT_LOCKED)
+    except (NotAdopted, AdoptionInProgress) as exc:
+        fail(exc.message, EXIT_NOT_ADOPTED)
+    except (StorageUnavailable, OperationalError):
+        fail("the database is unreachable", EXIT_DATABASE)
+    except ConfigurationError as exc:
+        fail(exc.message)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def emit(data: Mapping[str, Any], as_json: bool, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def utc_option(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None else None
