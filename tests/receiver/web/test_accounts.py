@@ -429,3 +429,25 @@ def test_a_flood_in_one_account_does_not_keep_another_waiting(make_app: AppFacto
     # Within an account, due order still holds: eu's earliest come first.
     eu_ids = [c.pk for c in claimed if c.account == "eu"]
     assert eu_ids == sorted(eu_ids)
+
+
+def test_operators_list_requeue_and_replay_one_account(make_app: AppFactory) -> None:
+    app = _two_accounts(make_app)
+    for account, merchant, secret in (
+        ("eu", "merchant_eu", EU_SECRET),
+        ("us", "merchant_us", US_SECRET),
+    ):
+        body = build_event("payment_succeeded", merchant_id=merchant, object_id="pay_op")
+        assert _post(app, f"/webhooks/{account}/", body, secret)[0] == 200
+    cli = app.test_cli_runner()
+    listed = json.loads(
+        cli.invoke(args=["hookledger", "events", "--account", "us", "--json"]).output
+    )["listed"]
+    assert [r["object"] for r in listed] == ["us/payment:pay_op"]
+    replayed = cli.invoke(args=["hookledger", "replay", "--account", "eu", "--json"])
+    assert replayed.exit_code == 0, replayed.output
+    assert [acc for acc, _ in _stored(app)] == ["eu", "us", "eu"]  # the copy stays in eu
+    requeued = json.loads(
+        cli.invoke(args=["hookledger", "requeue", "--account", "us", "--dry-run", "--json"]).output
+    )
+    assert requeued["dry_run"] is True
