@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+from freezegun import freeze_time
 
 import receiver.storage.database as db
 from receiver.core.accounts import (
@@ -451,3 +452,17 @@ def test_operators_list_requeue_and_replay_one_account(make_app: AppFactory) -> 
         cli.invoke(args=["hookledger", "requeue", "--account", "us", "--dry-run", "--json"]).output
     )
     assert requeued["dry_run"] is True
+
+
+def test_status_says_which_account_has_old_open_events(make_app: AppFactory) -> None:
+    app = _two_accounts(make_app)
+    body = build_event("payment_succeeded", merchant_id="merchant_us")
+    assert _post(app, "/webhooks/us/", body, US_SECRET)[0] == 200
+    cli = app.test_cli_runner()
+    with freeze_time(datetime.now(UTC) + timedelta(minutes=30)):
+        result = cli.invoke(args=["hookledger", "status", "--no-worker-ok"])
+        shown = cli.invoke(args=["hookledger", "status", "--no-worker-ok", "--json"])
+    assert result.exit_code == 1
+    assert "oldest open event of account us is" in result.output
+    assert "account us: open 1" in result.output
+    assert json.loads(shown.output)["accounts"]["us"]["open"] == 1
