@@ -110,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--merchant",
         action="append",
         default=[],
-        metavar=MERCHANT_FORMAT,
-        help="one more merchant on the same base URL (repeatable); env SANDBOX_MERCHANTS: "
+        metavar="MERCHANT",
+        help=f"{MERCHANT_FORMAT}: one more merchant on the same base URL (repeatable); env "
+        "SANDBOX_MERCHANTS: "
         '{"<merchant_id>": {"api_key", "admin_api_key", "webhook_secret", "webhook_url", '
         '"profile_id"}}',
     )
