@@ -27,6 +27,13 @@ from sqlalchemy.orm import Session
 import receiver.storage.database as db
 from receiver.cli.commands import hookledger_group
 from receiver.config.settings import Settings
+from receiver.core.accounts import (
+    DEFAULT_ACCOUNT,
+    AccountSource,
+    ChainedAccounts,
+    StaticAccounts,
+    object_key,
+)
 from receiver.core.registry import Registry
 from receiver.core.retry import RetryPolicy
 from receiver.store import Store
@@ -45,8 +52,16 @@ class WebhookReceiver:
     Keyword arguments override the ``HOOKLEDGER_*`` settings (see :mod:`receiver.config.settings`).
     """
 
-    def __init__(self, app: Flask | None = None, **overrides: Any) -> None:
+    def __init__(
+        self, app: Flask | None = None, *, accounts: AccountSource | None = None, **overrides: Any
+    ) -> None:
+        """``accounts``: the merchant's own source of processor accounts (any object with
+        ``get``, ``for_body`` and ``ids``, see :class:`receiver.core.accounts.AccountSource`),
+        asked per delivery, after those of the configuration (``HOOKLEDGER_ACCOUNTS``)."""
         self.registry = Registry()
+        if accounts is not None and not isinstance(accounts, AccountSource):
+            raise TypeError("accounts must have get(), for_body() and ids() (an AccountSource)")
+        self._accounts = accounts
         self._overrides = overrides
         if app is not None:
             self.init_app(app)
@@ -66,7 +81,12 @@ class WebhookReceiver:
 
     def init_app(self, app: Flask) -> None:
         default_db = "sqlite:///" + os.path.join(app.instance_path, "hookledger.sqlite3")
-        settings = Settings.resolve(app.config, self._overrides, default_database_url=default_db)
+        settings = Settings.resolve(
+            app.config,
+            self._overrides,
+            default_database_url=default_db,
+            external_accounts=self._accounts is not None,
+        )
         if settings.database_url == default_db:
             os.makedirs(app.instance_path, exist_ok=True)
         engine = db.make_engine(
@@ -89,7 +109,18 @@ class WebhookReceiver:
             settings.data.warn(f"hookledger ({app.name})")  # (the worker warns for itself)
         if settings.auto_migrate:
             db.upgrade(engine)
-        state = ReceiverState(settings=settings, store=store, registry=self.registry)
+        configured = StaticAccounts(settings.accounts)
+        source: AccountSource = (
+            configured if self._accounts is None else ChainedAccounts(configured, self._accounts)
+        )
+        single = settings.accounts[0] if self._accounts is None and len(configured) == 1 else None
+        state = ReceiverState(
+            settings=settings,
+            store=store,
+            registry=self.registry,
+            accounts=source,
+            single=single,
+        )
         app.extensions[EXTENSION_KEY] = state
         app.register_blueprint(make_blueprint(), url_prefix=settings.url_prefix)
         if "hookledger" not in app.cli.commands:
@@ -109,6 +140,7 @@ class WebhookReceiver:
         dispatch: bool = False,
         wait: float = 2.0,
         app: Flask | None = None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> Observation:
         """Feed an object exactly as the processor's API returned it through the inbox.
 
@@ -127,12 +159,15 @@ class WebhookReceiver:
           for a retry, for longer than ``wait`` seconds, or that this call's lease was taken
           over while the handlers ran (their session writes rolled back): it is queued, and
           a worker dispatches it. The lease is renewed while the handlers run.
+        - ``account``: the processor account the object belongs to (see "Several
+          accounts" in the README); an unknown account is a :class:`ConfigurationError`.
         """
         from receiver.core.clock import utcnow
         from receiver.core.observe import Observation, build
         from receiver.storage.tables import Source
 
         state = self.state(app)
+        state.account(account)  # raises for an unknown account
         kind, object_id, obj_state, event, body = build(resource, kind=kind, now=utcnow())
         key = obj_state.key if obj_state is not None else None
         if event is None or body is None:
@@ -151,16 +186,18 @@ class WebhookReceiver:
             )
         if session is not None:
             inserted = state.store.inbox.insert_on(
-                session.connection(), event, body, source=Source.API
+                session.connection(), event, body, source=Source.API, account=account
             )
         else:
-            inserted = state.store.inbox.insert(event, body, source=Source.API)
+            inserted = state.store.inbox.insert(event, body, source=Source.API, account=account)
         status = None
         if dispatch and inserted.result != "conflict":
             # A name of its own per call: a lease names its holder, and two threads of one
             # process observing one object must not pass for one another.
             worker = state.worker(name=f"inline:{os.getpid()}:{uuid.uuid4().hex[:8]}")
-            status = worker.process_object(f"{kind}:{object_id}", inserted.pk, wait=wait)
+            status = worker.process_object(
+                object_key(account, kind, object_id), inserted.pk, wait=wait
+            )
         return Observation(
             kind=kind,
             object_id=object_id,

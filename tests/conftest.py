@@ -95,12 +95,14 @@ def build_app(
     """A Flask app with a receiver on ``database_url`` (schema migrated, no retry delays)."""
     app = Flask("hookledger_test")
     app.config.update(
-        HOOKLEDGER_DATABASE_URL=database_url,
-        HOOKLEDGER_SECRETS=SECRETS_SPEC,
-        HOOKLEDGER_AUTO_MIGRATE=True,
-        HOOKLEDGER_BACKOFF_BASE=0,
-        HOOKLEDGER_BACKOFF_MAX=0,
-        **{f"HOOKLEDGER_{k.upper()}": v for k, v in config.items()},
+        {
+            "HOOKLEDGER_DATABASE_URL": database_url,
+            "HOOKLEDGER_SECRETS": SECRETS_SPEC,
+            "HOOKLEDGER_AUTO_MIGRATE": True,
+            "HOOKLEDGER_BACKOFF_BASE": 0,
+            "HOOKLEDGER_BACKOFF_MAX": 0,
+            **{f"HOOKLEDGER_{k.upper()}": v for k, v in config.items()},
+        }
     )
     receiver = hooks or WebhookReceiver()
     receiver.init_app(app)

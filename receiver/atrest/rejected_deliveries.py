@@ -190,6 +190,7 @@ class RejectionLog:
         header_names: Iterable[str],
         secrets: Sequence[Secret] = (),
         body: bytes | None = None,
+        account: str | None = None,
     ) -> bool:
         """Queue a row for a rejected request, if the rate allows (else count it). Never
         touches the database and never raises; returns whether a row was queued."""
@@ -214,6 +215,7 @@ class RejectionLog:
             row = {
                 "received_at": self.storage.now(),
                 "reason": reason[:32],
+                "account": account[:64] if account else None,
                 "http_status": int(http_status),
                 "remote_addr": (remote_addr or None) and str(remote_addr)[:64],
                 "size": declared_size(size),
@@ -353,6 +355,7 @@ class RejectionLog:
         return {
             "received_at": self.storage.now(),
             "reason": RATE_LIMITED,
+            "account": None,
             "http_status": 0,
             "remote_addr": None,
             "size": None,

@@ -35,6 +35,7 @@ from receiver.cli.context import app_state, checked_engine, fail
 from receiver.cli.data_commands import register as register_data_commands
 from receiver.cli.event_commands import register as register_event_commands
 from receiver.config.settings import DOCUMENTED, PREFIX
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.errors import HookledgerError
 from receiver.core.version import __version__
 
@@ -253,6 +254,13 @@ def status_cmd(
             f"processing {found.open_events['processing']}); oldest open "
             f"{'-' if age is None else f'{age:.0f} s'}; dead letters {found.dead_events}"
         )
+        if set(found.accounts) - {DEFAULT_ACCOUNT}:
+            for account, figures in found.accounts.items():
+                oldest = figures["oldest_open_age_seconds"]
+                click.echo(
+                    f"  account {account}: open {figures['open']}, oldest open "
+                    f"{'-' if oldest is None else f'{oldest:.0f} s'}, dead {figures['dead']}"
+                )
         for w in found.workers:
             state = "alive" if w.alive else "not seen"
             click.echo(

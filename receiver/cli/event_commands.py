@@ -31,6 +31,9 @@ def _filter_options(func: Any) -> Any:
         click.option("--event-id", "event_ids", multiple=True, help="Event id (repeatable)."),
         click.option("--type", "event_types", multiple=True, help="Event type (repeatable)."),
         click.option(
+            "--account", "accounts", multiple=True, help="Processor account (repeatable)."
+        ),
+        click.option(
             "--since", type=click.DateTime(), default=None, help="Received at or after (UTC)."
         ),
         click.option(
@@ -86,6 +89,7 @@ def _event_filter(options: dict[str, Any]) -> EventFilter:
         since=options["since"],
         until=options["until"],
         limit=options["limit"],
+        accounts=options["accounts"],
     )
 
 
@@ -145,6 +149,9 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
 )
 @click.option("--type", "event_types", multiple=True, help="Only events of these types.")
 @click.option(
+    "--account", "accounts", multiple=True, help="Only events of these processor accounts."
+)
+@click.option(
     "--source",
     "sources",
     type=click.Choice(Source.ALL),
@@ -178,6 +185,7 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
 def events_cmd(
     statuses: tuple[str, ...],
     event_types: tuple[str, ...],
+    accounts: tuple[str, ...],
     sources: tuple[str, ...],
     object_: str | None,
     since: datetime | None,
@@ -196,6 +204,7 @@ def events_cmd(
             statuses=statuses,
             event_types=event_types,
             sources=sources,
+            accounts=accounts,
             object=object_,
             since=utc_option(since),
             deferred=deferred,

@@ -14,6 +14,7 @@ from typing import Any
 
 from receiver.config.data_at_rest import DOCUMENTED as DATA_AT_REST_DOCUMENTED
 from receiver.config.data_at_rest import DataAtRest
+from receiver.core.accounts import DEFAULT_ACCOUNT, Account, parse_accounts
 from receiver.core.errors import ConfigurationError
 from receiver.core.headers import DEFAULT_STORED_HEADERS, parse_header_names
 from receiver.core.signature import Secret, parse_secrets
@@ -27,7 +28,13 @@ SECRETS_OPTIONAL: ContextVar[bool] = ContextVar("hookledger_secrets_optional", d
 #: Setting name -> (environment variable, help) for ``--help`` texts and the README.
 DOCUMENTED: Mapping[str, str] = {
     "DATABASE_URL": "SQLAlchemy URL (default: SQLite hookledger.sqlite3 in the instance folder)",
-    "SECRETS": "webhook signing secrets, 'id:secret,id2:secret2' (required)",
+    "SECRETS": "webhook signing secrets of the default account, 'id:secret,id2:secret2' "
+    "(required unless ACCOUNTS configures every account)",
+    "MERCHANT_ID": "the default account's processor merchant id (optional for receiving: "
+    "with several accounts, a delivery to the shared URL naming it is the default account's)",
+    "ACCOUNTS": 'further processor accounts, a JSON object {"<account>": {"merchant_id": '
+    '..., "profile_ids": [...], "secrets": "id:secret,...", "api_key": ...}} '
+    "(see the README, 'Several accounts')",
     "MAX_BODY_BYTES": "largest accepted webhook body in bytes (default 1048576)",
     "URL_PREFIX": "where the blueprint is mounted (default /webhooks)",
     "LEASE_SECONDS": "worker lease on an event, renewed while handlers run (default 60)",
@@ -56,7 +63,11 @@ def _bool(value: Any) -> bool:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     database_url: str
+    #: The default account's secrets (``SECRETS``); empty when only ``ACCOUNTS`` are set.
     secrets: tuple[Secret, ...] = field(repr=False)
+    #: Every account from configuration: the default one (``SECRETS``, ``MERCHANT_ID``) when
+    #: it has secrets, then those of ``ACCOUNTS`` (see :mod:`receiver.core.accounts`).
+    accounts: tuple[Account, ...] = ()
     max_body_bytes: int = 1_048_576
     url_prefix: str = "/webhooks"
     lease_seconds: float = 60.0
@@ -82,8 +93,12 @@ class Settings:
         *,
         default_database_url: str,
         environ: Mapping[str, str] | None = None,
+        external_accounts: bool = False,
     ) -> Settings:
-        """Merge ``overrides`` > ``config`` (``HOOKLEDGER_*`` keys) > environment > defaults."""
+        """Merge ``overrides`` > ``config`` (``HOOKLEDGER_*`` keys) > environment > defaults.
+
+        ``external_accounts``: the merchant supplies an account source of its own, so
+        configuration may name no secret at all."""
         env = os.environ if environ is None else environ
 
         def get(key: str, default: Any = None) -> Any:
@@ -95,15 +110,39 @@ class Settings:
             return env.get(PREFIX + key, default)
 
         secrets = parse_secrets(get("SECRETS"))
-        if not secrets and not SECRETS_OPTIONAL.get():
-            raise ConfigurationError(
-                "no webhook secret configured: set HOOKLEDGER_SECRETS (for example "
-                "'primary:<payment_response_hash_key>'); verification cannot be turned off"
+        accounts = list(parse_accounts(get("ACCOUNTS")))
+        merchant_id = get("MERCHANT_ID") or None
+        if any(a.id == DEFAULT_ACCOUNT for a in accounts):
+            if secrets or merchant_id:
+                raise ConfigurationError(
+                    "the default account is configured twice: in HOOKLEDGER_ACCOUNTS and by "
+                    "HOOKLEDGER_SECRETS / HOOKLEDGER_MERCHANT_ID; keep one"
+                )
+        elif (
+            secrets
+            or (merchant_id and SECRETS_OPTIONAL.get())
+            or not (accounts or external_accounts)
+        ):
+            accounts.insert(
+                0, Account(id=DEFAULT_ACCOUNT, merchant_id=merchant_id, secrets=secrets)
             )
+        if not SECRETS_OPTIONAL.get():
+            if not any(a.secrets for a in accounts) and not external_accounts:
+                raise ConfigurationError(
+                    "no webhook secret configured: set HOOKLEDGER_SECRETS (for example "
+                    "'primary:<payment_response_hash_key>'); verification cannot be turned off"
+                )
+            for account in accounts:
+                if not account.secrets:
+                    raise ConfigurationError(
+                        f"account {account.id!r} has no webhook secret; verification cannot "
+                        "be turned off"
+                    )
         try:
             settings = cls(
                 database_url=str(get("DATABASE_URL", default_database_url)),
                 secrets=secrets,
+                accounts=tuple(accounts),
                 max_body_bytes=int(get("MAX_BODY_BYTES", 1_048_576)),
                 url_prefix=str(get("URL_PREFIX", "/webhooks")),
                 lease_seconds=float(get("LEASE_SECONDS", 60.0)),

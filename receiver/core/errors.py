@@ -87,6 +87,28 @@ class EventTooOld(ReceiveError):
     signal_reason = "too_old"
 
 
+class AccountUnknown(ReceiveError):
+    """The delivery names no account hookledger serves: its URL's account is not configured
+    (or was removed), or, at the shared URL, no account (or more than one) owns the body's
+    ``merchant_id`` and ``profile_id``. Nothing is stored."""
+
+    http_status = 404
+    code = "HL_07"
+    reason = "account_unknown"
+    signal_reason = "account_unknown"
+
+
+class AccountMismatch(ReceiveError):
+    """The delivery verified with its URL's account's secrets, but its body names another
+    merchant or profile: refused, never stored under the wrong account."""
+
+    http_status = 403
+    code = "HL_08"
+    error_type = "authentication_error"
+    reason = "account_mismatch"
+    signal_reason = "account_mismatch"
+
+
 class StorageUnavailable(ReceiveError):
     """Event storage is unavailable; retry later."""
 

@@ -22,6 +22,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.errors import MalformedEvent, UnknownEventType
 from receiver.core.fields import parse_timestamp as parse_timestamp
 from receiver.core.fields import read_datetime, read_mapping, read_str
@@ -153,6 +154,16 @@ class Event:
     content_type: str | None = None
     object: Resource | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    #: The processor account the event belongs to (:mod:`receiver.core.accounts`): set by
+    #: the worker from the stored row (the body does not say; ``merchant_id`` is the
+    #: processor's id, not the account's).
+    account: str = DEFAULT_ACCOUNT
+
+    @property
+    def profile_id(self) -> str | None:
+        """The business profile of the event's object, when its content names one."""
+        value = getattr(self.object, "profile_id", None)
+        return value if isinstance(value, str) else None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Event:

@@ -32,7 +32,7 @@ from receiver.storage.context import (
     is_database_error,
     is_transient_conflict,
 )
-from receiver.storage.operator_actions import read_cutover
+from receiver.storage.operator_actions import read_cutovers
 from receiver.storage.queue import Claimed
 from receiver.storage.sealed_columns import seal_outcomes
 from receiver.storage.sql import Outcomes
@@ -72,8 +72,8 @@ class Outcome:
 
 
 GuardState = tuple[
-    dict[tuple[Any, Any, Any], int],
-    dict[tuple[Any, Any], guard.Projected],
+    dict[tuple[Any, Any, Any, Any], int],
+    dict[tuple[Any, Any, Any], guard.Projected],
     dict[int, set[str]],
 ]
 
@@ -154,7 +154,7 @@ class Dispatcher:
                 if not self._still_held(conn, works, now):
                     raise _LeaseLost()  # before any handler ran: retried one by one
                 owners, currents, done = self._load_guard_state(conn, works)
-                cutover = read_cutover(conn)
+                cutovers = read_cutovers(conn, {w.claimed.account for w in works})
                 for work in works:
                     c = work.claimed
                     reading = _reading(c)
@@ -164,10 +164,10 @@ class Dispatcher:
                         incoming=reading.state,
                         event_time=c.event_time,
                         replay=c.replay_of is not None,
-                        transition_owner=owners.get((c.object_kind, c.object_id, key)),
-                        current=currents.get((c.object_kind, c.object_id)),
+                        transition_owner=owners.get((c.account, c.object_kind, c.object_id, key)),
+                        current=currents.get((c.account, c.object_kind, c.object_id)),
                         note=reading.note,
-                        cutover=cutover,
+                        cutover=cutovers.get(c.account),
                         arrival=guard.Arrival(
                             source=c.source,
                             received_at=as_utc(c.received_at),
@@ -181,6 +181,7 @@ class Dispatcher:
                     if verdict.claim is not None:
                         transitions.append(
                             {
+                                "account": c.account,
                                 "object_kind": c.object_kind,
                                 "object_id": c.object_id,
                                 "state": verdict.claim,
@@ -191,6 +192,7 @@ class Dispatcher:
                     if verdict.projection is not None:
                         projections.append(
                             {
+                                "account": c.account,
                                 "object_kind": c.object_kind,
                                 "object_id": c.object_id,
                                 "status": verdict.projection.status,
@@ -263,16 +265,18 @@ class Dispatcher:
         """What the guard needs of a batch's objects: the owners of the incoming states'
         transitions, the objects' projections, and each event's handlers that succeeded."""
         guarded = [w.claimed for w in works if w.claimed.object_kind and w.claimed.object_id]
-        wanted: set[tuple[str, str, str]] = {
-            (c.object_kind or "", c.object_id or "", reading.state.key)
+        wanted: set[tuple[str, str, str, str]] = {
+            (c.account, c.object_kind or "", c.object_id or "", reading.state.key)
             for c in guarded
             if (reading := _reading(c)).state is not None
         }
-        owners: dict[tuple[Any, Any, Any], int] = dict(self._sql.transition_owners(conn, wanted))
-        objects = {(c.object_kind or "", c.object_id or "") for c in guarded}
-        currents: dict[tuple[Any, Any], guard.Projected] = {
-            (r[0], r[1]): guard.Projected(
-                state=make_state(r[0], r[2], r[3]), event_time=r[4], event_pk=int(r[5])
+        owners: dict[tuple[Any, Any, Any, Any], int] = dict(
+            self._sql.transition_owners(conn, wanted)
+        )
+        objects = {(c.account, c.object_kind or "", c.object_id or "") for c in guarded}
+        currents: dict[tuple[Any, Any, Any], guard.Projected] = {
+            (r[0], r[1], r[2]): guard.Projected(
+                state=make_state(r[1], r[3], r[4]), event_time=r[5], event_pk=int(r[6])
             )
             for r in self._sql.projections(conn, objects)
         }

@@ -1,7 +1,8 @@
 """Receive: store a delivery durably, once, and answer only after the commit.
 
-Dedupe is the unique constraint on ``event_id`` with ``INSERT ... ON CONFLICT DO NOTHING``
-(race-safe across processes and hosts, never check-then-insert). The same ``event_id`` with a
+Dedupe is the unique constraint on (``account``, ``event_id``) with ``INSERT ... ON CONFLICT
+DO NOTHING`` (race-safe across processes and hosts, never check-then-insert): an event id is
+unique per processor account (:mod:`receiver.core.accounts`). The same ``event_id`` with a
 different body is kept in the conflicts table and flagged. Of the request headers only an
 allowlist is kept (:mod:`receiver.core.headers`), the rest dropped before the row is built. The
 threads of one process that store deliveries at the same moment share one write
@@ -24,6 +25,8 @@ from typing import Any, Literal
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError
 
+import receiver.core.accounts as accounts
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc
 from receiver.core.errors import StorageUnavailable
 from receiver.core.events import Event
@@ -52,7 +55,8 @@ PG_GROUP_COMMIT = False
 
 #: SQLite: the stored rows of some event ids (``{}``: one ``?`` per id).
 _STORED_SQL = (
-    "SELECT event_id, id, body_sha256, key_id FROM hookledger_event WHERE event_id IN ({})"
+    "SELECT event_id, id, body_sha256, key_id FROM hookledger_event"
+    " WHERE account = ? AND event_id IN ({})"
 )
 
 #: Sources whose event ids hookledger derives from the transition (not the processor's ids).
@@ -80,21 +84,24 @@ def event_row(
     secret_id: str | None,
     source: str,
     replay_of: int | None,
+    account: str = DEFAULT_ACCOUNT,
 ) -> dict[str, Any]:
-    """The inbox row of a delivery (``headers``: as :func:`clean_headers` stores them)."""
+    """The inbox row of a delivery to ``account`` (``headers``: as :func:`clean_headers`
+    stores them)."""
     if source not in Source.ALL:
         raise ValueError(f"unknown source {source!r}")
     ref = event.object_ref
     if ref is not None and ref.object_id:
         kind: str | None = ref.kind
         object_id: str | None = ref.object_id
-        object_key = f"{ref.kind}:{ref.object_id}"
+        object_key = accounts.object_key(account, ref.kind, ref.object_id)
         object_status = ref.status
         object_stage = ref.stage
     else:
         kind = object_id = object_status = object_stage = None
-        object_key = f"event:{event.event_id}"
+        object_key = accounts.event_key(account, event.event_id)
     return dict(
+        account=account,
         event_id=event.event_id,
         source=source,
         merchant_id=_clip(event.merchant_id, 255),
@@ -149,7 +156,7 @@ class Inbox:
         #: PostgreSQL: a batch is one statement, its own transaction (no BEGIN, no COMMIT).
         self._autocommit = storage.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._insert_conflict = sql.insert(CONFLICT).on_conflict_do_nothing(
-            index_elements=["event_id", "body_sha256"]
+            index_elements=["account", "event_id", "body_sha256"]
         )
         #: SQLite file: the web processes of this host queue for writing on a file lock,
         #: not in SQLite's sleeping busy handler (see :mod:`receiver.storage.filelock`).
@@ -173,8 +180,9 @@ class Inbox:
         secret_id: str | None = None,
         source: str = Source.WEBHOOK,
         replay_of: int | None = None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> Inserted:
-        """Store a delivery durably; return after commit.
+        """Store a delivery to ``account`` durably; return after commit.
 
         A new ``event_id`` is inserted; the same ``event_id`` with the same body is a
         duplicate; with a different body it is kept in the conflicts table and flagged.
@@ -185,7 +193,13 @@ class Inbox:
         after the commit.
         """
         values = self.row(
-            event, body, headers=headers, secret_id=secret_id, source=source, replay_of=replay_of
+            event,
+            body,
+            headers=headers,
+            secret_id=secret_id,
+            source=source,
+            replay_of=replay_of,
+            account=account,
         )
         if self._group is None:
             outcome = self._insert_batch([values])[0]
@@ -207,10 +221,13 @@ class Inbox:
         source: str,
         headers: Iterable[tuple[str, str]] = (),
         secret_id: str | None = None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> Inserted:
         """Store a delivery on ``conn``, inside the caller's transaction (it commits, or rolls
         back, with the caller's own writes). Same dedupe and conflict rules as :meth:`insert`."""
-        values = self.row(event, body, headers=headers, secret_id=secret_id, source=source)
+        values = self.row(
+            event, body, headers=headers, secret_id=secret_id, source=source, account=account
+        )
         return self._insert_one(conn, values)
 
     def insert_synthesised(
@@ -219,6 +236,7 @@ class Inbox:
         *,
         source: str = Source.RECONCILE,
         unless_queued: bool = False,
+        account: str = DEFAULT_ACCOUNT,
     ) -> dict[str, str]:
         """Insert the reconciler's synthesised events in one transaction (insert-or-ignore).
 
@@ -232,7 +250,7 @@ class Inbox:
         if not events:
             return {}
         now = self.storage.now()
-        rows = [self.row(e, b, source=source, now=now) for e, b in events]
+        rows = [self.row(e, b, source=source, now=now, account=account) for e, b in events]
         try:
             with self.storage.engine.begin() as conn:
                 waiting: set[str] = set()
@@ -250,7 +268,8 @@ class Inbox:
                         r[0]: r[1]
                         for r in conn.execute(
                             select(EVENT.c.event_id, EVENT.c.status).where(
-                                self._sql.among(EVENT.c.event_id, others)
+                                EVENT.c.account == account,
+                                self._sql.among(EVENT.c.event_id, others),
                             )
                         )
                     }
@@ -280,6 +299,7 @@ class Inbox:
         source: str = Source.WEBHOOK,
         replay_of: int | None = None,
         now: datetime | None = None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> dict[str, Any]:
         """The inbox row of a delivery, as :meth:`insert` writes it (sealed with the primary
         data key, if one is configured: see :mod:`receiver.storage.sealed_columns`)."""
@@ -291,6 +311,7 @@ class Inbox:
             secret_id=secret_id,
             source=source,
             replay_of=replay_of,
+            account=account,
         )
         return seal_event_row(self.storage.keyring, values)
 
@@ -318,7 +339,10 @@ class Inbox:
     def _insert_batch(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
         """:class:`GroupCommit`'s writer: one write for the batch; if it fails for a reason
         other than the database being unavailable, each delivery is tried alone, so one bad
-        delivery cannot fail the others."""
+        delivery cannot fail the others. Deliveries to different accounts are written as one
+        batch per account (an event id is unique per account only)."""
+        if len({values["account"] for values in rows}) > 1:
+            return self._insert_per_account(rows)
         try:
             if self._sql.one_statement_batches:
                 return self._insert_deliveries(rows)
@@ -335,18 +359,31 @@ class Inbox:
             outcomes.extend(self._insert_batch([values]))
         return outcomes
 
+    def _insert_per_account(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
+        by_account: dict[str, list[int]] = {}
+        for index, values in enumerate(rows):
+            by_account.setdefault(values["account"], []).append(index)
+        outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
+        for indexes in by_account.values():
+            for index, outcome in zip(
+                indexes, self._insert_batch([rows[i] for i in indexes]), strict=True
+            ):
+                outcomes[index] = outcome
+        return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
+
     def _insert_unless_stored(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
         """SQLite: a duplicate (its event id stored, its body the same) is answered from a
         read of the committed rows, which takes no lock (a WAL snapshot: a row there is
         committed, with ``synchronous=FULL`` durably); the rest are written, under the write
         lock, by the insert-or-ignore that decides (a row committed since the read is found
-        there)."""
+        there). ``rows``: one account's."""
+        account = rows[0]["account"]
         event_ids = sorted({values["event_id"] for values in rows})
         try:
             with self.storage.deferred.connect() as conn:
                 # On the driver: no transaction to begin and end for one read.
                 cursor = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
-                    _STORED_SQL.format(", ".join("?" * len(event_ids))), event_ids
+                    _STORED_SQL.format(", ".join("?" * len(event_ids))), [account, *event_ids]
                 )
                 known = {r[0]: Stored(int(r[1]), r[2], r[3]) for r in cursor.fetchall()}
         except (sqlite3.Error, DBAPIError):
@@ -369,7 +406,7 @@ class Inbox:
         pk = self._sql.inserted_pk(conn.execute(self._sql.insert_event, values))
         if pk is not None:
             return Inserted(result="inserted", pk=pk)
-        stored = self._stored(conn, [values["event_id"]])[values["event_id"]]
+        stored = self._stored(conn, values["account"], [values["event_id"]])[values["event_id"]]
         result = self._judge(values, stored)
         if result == "conflict":
             conn.execute(self._insert_conflict, conflict_row(values))
@@ -440,7 +477,7 @@ class Inbox:
                         and v["event_id"] not in written.found
                     ]
                     if missing:  # committed by another session while the statement ran
-                        written.found.update(self._stored(conn, missing))
+                        written.found.update(self._stored(conn, rows[0]["account"], missing))
                 break
             except DBAPIError as exc:
                 if attempt == 1 and exc.connection_invalidated:
@@ -481,9 +518,9 @@ class Inbox:
                     _log_conflict(rows[index])
         return outcomes
 
-    def _stored(self, conn: Connection, event_ids: list[str]) -> dict[str, Stored]:
+    def _stored(self, conn: Connection, account: str, event_ids: list[str]) -> dict[str, Stored]:
         query = select(EVENT.c.event_id, EVENT.c.id, EVENT.c.body_sha256, EVENT.c.key_id).where(
-            self._sql.among(EVENT.c.event_id, event_ids)
+            EVENT.c.account == account, self._sql.among(EVENT.c.event_id, event_ids)
         )
         return {r[0]: Stored(int(r[1]), r[2], r[3]) for r in conn.execute(query)}
 
@@ -491,6 +528,7 @@ class Inbox:
 def conflict_row(values: dict[str, Any]) -> dict[str, Any]:
     """The conflicts-table row of a delivery (``values``: its inbox row, sealed as stored)."""
     return dict(
+        account=values["account"],
         event_id=values["event_id"],
         source=values["source"],
         body=values["body"],

@@ -7,7 +7,7 @@ receive or dispatch path (except :func:`read_cutover`, which every dispatched ba
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 import receiver.core.guard as guard
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc
 from receiver.core.errors import DataUnavailable, RedactedEvents
 from receiver.core.events import Event
@@ -55,30 +56,44 @@ class EventFilter:
     limit: int | None = None
     #: Only events a handler deferred (waiting, with the reason in ``last_error``).
     deferred: bool = False
+    #: Only events of these accounts (all accounts when empty).
+    accounts: Sequence[str] = ()
 
 
-def read_cutover(conn: Connection) -> guard.CutOver | None:
+def read_cutover(conn: Connection, account: str = DEFAULT_ACCOUNT) -> guard.CutOver | None:
     """The account's cut-over, if it was adopted, with the first delivery hookledger
-    stored or was attempted with (read with every batch: two tiny rows)."""
-    rows = {
-        row.name: row
+    stored or was attempted with."""
+    return read_cutovers(conn, [account]).get(account)
+
+
+def read_cutovers(conn: Connection, accounts: Collection[str]) -> dict[str, guard.CutOver]:
+    """The cut-overs of those of ``accounts`` that were adopted (read with every batch: two
+    tiny rows per account of the batch)."""
+    rows: dict[tuple[str, str], Any] = {
+        (row.account, row.name): row
         for row in conn.execute(
-            select(CUTOVER.c.name, CUTOVER.c.cutover_at, CUTOVER.c.recorded_at).where(
-                CUTOVER.c.name.in_([CUTOVER_NAME, FIRST_DELIVERY_NAME])
+            select(
+                CUTOVER.c.account, CUTOVER.c.name, CUTOVER.c.cutover_at, CUTOVER.c.recorded_at
+            ).where(
+                CUTOVER.c.account.in_(sorted(set(accounts))),
+                CUTOVER.c.name.in_([CUTOVER_NAME, FIRST_DELIVERY_NAME]),
             )
         )
     }
-    row = rows.get(CUTOVER_NAME)
-    if row is None or row.cutover_at is None:
-        return None
-    first = rows.get(FIRST_DELIVERY_NAME)
-    return guard.CutOver(
-        at=as_utc(row.cutover_at),
-        recorded_at=as_utc(row.recorded_at),
-        first_delivery=as_utc(first.cutover_at)
-        if first is not None and first.cutover_at is not None
-        else None,
-    )
+    found: dict[str, guard.CutOver] = {}
+    for account in set(accounts):
+        row = rows.get((account, CUTOVER_NAME))
+        if row is None or row.cutover_at is None:
+            continue
+        first = rows.get((account, FIRST_DELIVERY_NAME))
+        found[account] = guard.CutOver(
+            at=as_utc(row.cutover_at),
+            recorded_at=as_utc(row.recorded_at),
+            first_delivery=as_utc(first.cutover_at)
+            if first is not None and first.cutover_at is not None
+            else None,
+        )
+    return found
 
 
 class Operations:
@@ -88,8 +103,8 @@ class Operations:
         self.storage = storage
         self._inbox = inbox
         self._sql = storage.sql
-        self._first_attempt: datetime | None = None
-        self._first_written = False
+        self._first_attempt: dict[str, datetime] = {}
+        self._first_written: set[str] = set()
 
     def __repr__(self) -> str:
         return f"Operations(dialect={self._sql.name!r})"
@@ -108,11 +123,14 @@ class Operations:
             session.expunge_all()
         return [self._readable(e) for e in rows]
 
-    def get(self, event_id: str) -> InboxEvent | None:
+    def get(self, event_id: str, *, account: str | None = None) -> InboxEvent | None:
+        """The stored event ``event_id`` (of ``account``; an event id is unique per account
+        only: without one, the first stored of that id)."""
+        query = select(InboxEvent).where(InboxEvent.event_id == event_id)  # type: ignore[arg-type]
+        if account is not None:
+            query = query.where(InboxEvent.account == account)  # type: ignore[arg-type]
         with Session(self.storage.deferred) as session:
-            found = session.scalars(
-                select(InboxEvent).where(InboxEvent.event_id == event_id)  # type: ignore[arg-type]
-            ).first()
+            found = session.scalars(query.order_by(InboxEvent.id)).first()  # type: ignore[arg-type]
             session.expunge_all()
         return None if found is None else self._readable(found)
 
@@ -204,6 +222,7 @@ class Operations:
                 secret_id=original.secret_id,
                 source=Source.REPLAY,
                 replay_of=original.id,
+                account=original.account,
             )
         return out
 
@@ -286,16 +305,18 @@ class Operations:
 
     # -- objects and the cut-over ---------------------------------------------------------
 
-    def projection(self, kind: str, object_id: str) -> Projection | None:
+    def projection(
+        self, kind: str, object_id: str, *, account: str = DEFAULT_ACCOUNT
+    ) -> Projection | None:
         with Session(self.storage.deferred) as session:
-            return session.get(Projection, (kind, object_id))
+            return session.get(Projection, (account, kind, object_id))
 
-    def cutover(self) -> guard.CutOver | None:
+    def cutover(self, *, account: str = DEFAULT_ACCOUNT) -> guard.CutOver | None:
         """The account's cut-over (see :class:`receiver.storage.tables.CutOver`), if one is set."""
         with self.storage.deferred.connect() as conn:
-            return read_cutover(conn)
+            return read_cutover(conn, account)
 
-    def note_delivery(self, at: datetime) -> None:
+    def note_delivery(self, at: datetime, *, account: str = DEFAULT_ACCOUNT) -> None:
         """A signed webhook delivery reached this process at ``at`` (before it is stored).
 
         The first one bounds the deploy that pointed the processor at hookledger (see
@@ -304,14 +325,15 @@ class Operations:
         database does not answer, this raises :class:`StorageUnavailable` at once (the
         delivery gets its 503 after one connection timeout, not two) and the earliest attempt
         is kept in memory and written with the next delivery. Costs nothing after the first
-        write."""
-        if self._first_written:
+        write (per account)."""
+        if account in self._first_written:
             return
         at = as_utc(at)
-        if self._first_attempt is None or at < self._first_attempt:
-            self._first_attempt = at
+        attempt = self._first_attempt.get(account)
+        if attempt is None or at < attempt:
+            self._first_attempt[account] = attempt = at
         try:
-            self.record_first_delivery(self._first_attempt)
+            self.record_first_delivery(attempt, account=account)
         except DBAPIError as exc:
             if is_unavailable(exc):
                 # The delivery's insert would wait out the same timeout: answer 503 now
@@ -330,13 +352,18 @@ class Operations:
                 extra={"action": "first_delivery"},
             )
             return
-        self._first_written = True
+        self._first_written.add(account)
+        self._first_attempt.pop(account, None)
 
-    def record_first_delivery(self, at: datetime) -> None:
-        """Keep ``at`` as the first delivery unless an earlier one is kept already."""
+    def record_first_delivery(self, at: datetime, *, account: str = DEFAULT_ACCOUNT) -> None:
+        """Keep ``at`` as the account's first delivery unless an earlier one is kept already."""
         at = as_utc(at)
         insert = self._sql.insert(CUTOVER).values(
-            name=FIRST_DELIVERY_NAME, mode="delivery", cutover_at=at, recorded_at=self.storage.now()
+            account=account,
+            name=FIRST_DELIVERY_NAME,
+            mode="delivery",
+            cutover_at=at,
+            recorded_at=self.storage.now(),
         )
         earlier = case(
             (insert.excluded.cutover_at < CUTOVER.c.cutover_at, insert.excluded.cutover_at),
@@ -345,33 +372,44 @@ class Operations:
         # Write-first: on SQLite a deferred BEGIN (the lock from this statement to commit).
         with self.storage.deferred.begin() as conn:
             conn.execute(
-                insert.on_conflict_do_update(index_elements=["name"], set_={"cutover_at": earlier})
+                insert.on_conflict_do_update(
+                    index_elements=["account", "name"], set_={"cutover_at": earlier}
+                )
             )
 
-    def first_delivery(self) -> datetime | None:
+    def first_delivery(self, *, account: str = DEFAULT_ACCOUNT) -> datetime | None:
         """The first delivery kept by :meth:`record_first_delivery`, if any."""
         with self.storage.deferred.connect() as conn:
             value = conn.execute(
-                select(CUTOVER.c.cutover_at).where(CUTOVER.c.name == FIRST_DELIVERY_NAME)
+                select(CUTOVER.c.cutover_at).where(
+                    CUTOVER.c.account == account, CUTOVER.c.name == FIRST_DELIVERY_NAME
+                )
             ).scalar()
         return as_utc(value) if value is not None else None
 
-    def first_stored_webhook(self) -> datetime | None:
-        """When the first webhook still in the inbox was received (one scan, for adoption)."""
+    def first_stored_webhook(self, *, account: str = DEFAULT_ACCOUNT) -> datetime | None:
+        """When the account's first webhook still in the inbox was received (one scan, for
+        adoption)."""
         with self.storage.deferred.connect() as conn:
             value = conn.execute(
-                select(func.min(EVENT.c.received_at)).where(EVENT.c.source == Source.WEBHOOK)
+                select(func.min(EVENT.c.received_at)).where(
+                    EVENT.c.account == account, EVENT.c.source == Source.WEBHOOK
+                )
             ).scalar()
         return as_utc(value) if value is not None else None
 
-    def cutover_mode(self) -> str | None:
+    def cutover_mode(self, *, account: str = DEFAULT_ACCOUNT) -> str | None:
         """``adopted``, ``new_account``, or ``None`` when neither was recorded."""
         with self.storage.deferred.connect() as conn:
             return conn.execute(
-                select(CUTOVER.c.mode).where(CUTOVER.c.name == CUTOVER_NAME)
+                select(CUTOVER.c.mode).where(
+                    CUTOVER.c.account == account, CUTOVER.c.name == CUTOVER_NAME
+                )
             ).scalar()
 
-    def set_cutover(self, mode: str, at: datetime | None) -> None:
+    def set_cutover(
+        self, mode: str, at: datetime | None, *, account: str = DEFAULT_ACCOUNT
+    ) -> None:
         """Record the account's cut-over (``adopted`` at ``at``, or a ``new_account``)."""
         if mode not in ("adopted", "new_account"):
             raise ValueError("mode must be 'adopted' or 'new_account'")
@@ -385,8 +423,8 @@ class Operations:
         with self.storage.engine.begin() as conn:
             conn.execute(
                 self._sql.insert(CUTOVER)
-                .values(name=CUTOVER_NAME, **values)
-                .on_conflict_do_update(index_elements=["name"], set_=values)
+                .values(account=account, name=CUTOVER_NAME, **values)
+                .on_conflict_do_update(index_elements=["account", "name"], set_=values)
             )
 
 
@@ -414,6 +452,8 @@ def _filter_clauses(flt: EventFilter) -> list[Any]:
         clauses.append(EVENT.c.id.in_(list(flt.pks)))
     if flt.event_ids:
         clauses.append(EVENT.c.event_id.in_(list(flt.event_ids)))
+    if flt.accounts:
+        clauses.append(EVENT.c.account.in_(list(flt.accounts)))
     if flt.event_types:
         clauses.append(EVENT.c.event_type.in_(list(flt.event_types)))
     if flt.statuses:

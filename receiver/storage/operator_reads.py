@@ -57,6 +57,8 @@ class EventQuery:
     deferred: bool = False
     limit: int = 50
     offset: int = 0
+    #: Only events of these processor accounts (all when empty).
+    accounts: Sequence[str] = ()
 
     def validate(self) -> EventQuery:
         """Raise ``ValueError`` for an unknown status or source, or bad paging."""
@@ -230,6 +232,8 @@ def _clauses(q: EventQuery) -> list[Any]:
         clauses.append(E.c.event_type.in_(list(q.event_types)))
     if q.sources:
         clauses.append(E.c.source.in_(list(q.sources)))
+    if q.accounts:
+        clauses.append(E.c.account.in_(list(q.accounts)))
     if q.object:
         value = q.object.strip()
         clauses.append(or_(E.c.object_key == value, E.c.object_id == value))

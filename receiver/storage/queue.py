@@ -11,6 +11,7 @@ crashed worker's leases expire and its events are claimed again.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,12 +29,16 @@ from receiver.storage.tables import EventStatus
 
 log = logging.getLogger("receiver.store")
 
+#: Accounts a claim takes turns between (with more, the next claim serves the next ones).
+ACCOUNTS_PER_CLAIM = 16
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Claimed:
     """An event leased to one worker."""
 
     pk: int
+    account: str
     event_id: str
     object_key: str
     object_kind: str | None
@@ -59,6 +64,8 @@ class Queue:
         self.storage = storage
         self.retry = retry
         self._sql = storage.sql
+        #: The last account a claim took turns up to (see :meth:`_candidates`).
+        self._after = ""
 
     def __repr__(self) -> str:
         return f"Queue(dialect={self._sql.name!r})"
@@ -107,11 +114,8 @@ class Queue:
         scan = max(scan or 64, 2 * limit)
         now = self.storage.now()
         expires = now + timedelta(seconds=lease_seconds)
-        query = self._sql.due_candidates(self._due(now), now, scan)
         with self.storage.engine.begin() as conn:
-            candidates: dict[str, int] = {}
-            for row in conn.execute(query):
-                candidates.setdefault(row.object_key, int(row.id))
+            candidates = self._candidates(conn, now, scan)
             keys = list(candidates)[: limit * 2]
             if not keys:
                 return []
@@ -128,6 +132,32 @@ class Queue:
                     )
                 )
         return claimed
+
+    def _candidates(self, conn: Connection, now: datetime, scan: int) -> dict[str, int]:
+        """Due candidates, one per object, taking turns between accounts: the accounts with
+        open events (up to :data:`ACCOUNTS_PER_CLAIM`, after those the previous claim
+        served: with more accounts, each claim moves on), each with its share of ``scan``
+        in due order, interleaved. A flood in one account cannot keep another's events
+        waiting behind it: each batch has room for every account's earliest."""
+        accounts = self._sql.accounts_open(conn, self._after, ACCOUNTS_PER_CLAIM)
+        if len(accounts) < ACCOUNTS_PER_CLAIM and self._after:
+            accounts += [
+                a
+                for a in self._sql.accounts_open(conn, "", ACCOUNTS_PER_CLAIM - len(accounts))
+                if a not in accounts
+            ]
+        self._after = accounts[-1] if len(accounts) == ACCOUNTS_PER_CLAIM else ""
+        share = max(2, -(-scan // max(1, len(accounts))))
+        per_account: list[list[tuple[str, int]]] = []
+        for account in accounts:
+            query = self._sql.due_candidates(self._due(now), now, share, account)
+            per_account.append([(row.object_key, int(row.id)) for row in conn.execute(query)])
+        candidates: dict[str, int] = {}
+        for turn in itertools.zip_longest(*per_account):
+            for found in turn:
+                if found is not None:
+                    candidates.setdefault(found[0], found[1])
+        return candidates
 
     def claim_object(self, owner: str, object_key: str, lease_seconds: float) -> Claimed | None:
         """Lease the head event of one object, if it is due and no other worker holds the
@@ -309,6 +339,7 @@ class Queue:
         return [
             Claimed(
                 pk=int(h.id),
+                account=h.account,
                 event_id=h.event_id,
                 object_key=h.object_key,
                 object_kind=h.object_kind,

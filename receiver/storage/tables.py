@@ -18,11 +18,14 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    String,
     Text,
     UniqueConstraint,
     text,
 )
 from sqlmodel import Field, SQLModel
+
+from receiver.core.accounts import DEFAULT_ACCOUNT
 
 #: Metadata of hookledger's own tables, separate from the application's ``SQLModel.metadata``
 #: so that a merchant's ``create_all`` never creates (or a merchant's Alembic never drops) ours.
@@ -83,11 +86,12 @@ class InboxEvent(Base, table=True):
 
     __tablename__ = "hookledger_event"
     __table_args__ = (
-        UniqueConstraint("event_id"),
+        UniqueConstraint("account", "event_id"),
         Index("ix_hookledger_event_due", "status", "next_attempt_at"),
         Index("ix_hookledger_event_object", "object_key", "event_time", "id"),
         Index(
             "ix_hookledger_event_open_due",
+            "account",
             "next_attempt_at",
             "id",
             postgresql_where=text("status IN ('pending', 'processing')"),
@@ -100,6 +104,11 @@ class InboxEvent(Base, table=True):
 
     id: int | None = Field(
         default=None, sa_column=Column(_BIGINT_PK, primary_key=True, autoincrement=True)
+    )
+    #: The processor account the row belongs to (:mod:`receiver.core.accounts`).
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(String(64), nullable=False, server_default=text("'default'")),
     )
     event_id: str = Field(max_length=255)
     source: str = Field(max_length=16)
@@ -144,9 +153,14 @@ class EventConflict(Base, table=True):
     """A delivery whose ``event_id`` was already stored with a different body."""
 
     __tablename__ = "hookledger_event_conflict"
-    __table_args__ = (UniqueConstraint("event_id", "body_sha256"),)
+    __table_args__ = (UniqueConstraint("account", "event_id", "body_sha256"),)
 
     id: int | None = Field(default=None, primary_key=True)
+    #: The processor account the row belongs to (:mod:`receiver.core.accounts`).
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(String(64), nullable=False, server_default=text("'default'")),
+    )
     event_id: str = Field(max_length=255)
     source: str = Field(max_length=16)
     body: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
@@ -179,6 +193,7 @@ class Projection(Base, table=True):
         # Partial: the guard's lookup of one object (kind, id) can only use the primary key.
         Index(
             "ix_hookledger_projection_created",
+            "account",
             "object_kind",
             "object_created_at",
             postgresql_where=text("object_created_at IS NOT NULL"),
@@ -186,6 +201,12 @@ class Projection(Base, table=True):
         ),
     )
 
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(
+            String(64), primary_key=True, nullable=False, server_default=text("'default'")
+        ),
+    )
     object_kind: str = Field(primary_key=True, max_length=32)
     object_id: str = Field(primary_key=True, max_length=255)
     status: str = Field(max_length=64)
@@ -205,6 +226,12 @@ class Transition(Base, table=True):
 
     __tablename__ = "hookledger_transition"
 
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(
+            String(64), primary_key=True, nullable=False, server_default=text("'default'")
+        ),
+    )
     object_kind: str = Field(primary_key=True, max_length=32)
     object_id: str = Field(primary_key=True, max_length=255)
     state: str = Field(primary_key=True, max_length=140)
@@ -238,6 +265,12 @@ class CutOver(Base, table=True):
 
     __tablename__ = "hookledger_cutover"
 
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(
+            String(64), primary_key=True, nullable=False, server_default=text("'default'")
+        ),
+    )
     name: str = Field(primary_key=True, max_length=32)
     mode: str = Field(max_length=16)  # adopted | new_account
     cutover_at: datetime | None = Field(default=None)
@@ -289,6 +322,8 @@ class Rejection(Base, table=True):
     #: ``signature_mismatch``, ``signature_missing``, ``signature_malformed``, ``too_large``,
     #: ``malformed_event``, ``too_old``; ``rate_limited`` for a row that only carries a count.
     reason: str = Field(max_length=32)
+    #: The account the delivery was addressed to (its URL), when it named a known one.
+    account: str | None = Field(default=None, max_length=64)
     http_status: int
     remote_addr: str | None = Field(default=None, max_length=64)
     #: Bytes of the body (read, or declared by Content-Length when it was refused unread: a

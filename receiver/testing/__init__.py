@@ -51,13 +51,27 @@ def signed_headers(body: bytes, secret: str | bytes | Secret) -> dict[str, str]:
 class WebhookTestClient:
     """Posts signed events to ``app`` through Flask's test client and runs handlers inline."""
 
-    def __init__(self, app: Flask, *, secret: str | bytes | Secret | None = None) -> None:
+    def __init__(
+        self,
+        app: Flask,
+        *,
+        secret: str | bytes | Secret | None = None,
+        account: str | None = None,
+    ) -> None:
+        """``account``: post to that account's URL, signed with its first secret (default:
+        the shared URL, signed with the first configured account's first secret)."""
         self.app = app
         state = WebhookReceiver.state(app)
-        self.secret: str | bytes | Secret = (
-            secret if secret is not None else state.settings.secrets[0]
-        )
+        if secret is None:
+            chosen = state.account(account) if account is not None else state.settings.accounts[0]
+            if not chosen.secrets:
+                raise ValueError(f"account {chosen.id!r} has no secret: pass secret=")
+            secret = chosen.secrets[0]
+        self.secret: str | bytes | Secret = secret
+        self.account = account
         self.url = state.settings.url_prefix.rstrip("/") + "/"
+        if account is not None:
+            self.url += account + "/"
         self.client = app.test_client()
 
     def __repr__(self) -> str:

@@ -2,19 +2,30 @@
 
 Nothing is acknowledged before it is committed, and the request does no handler work.
 Errors share the processor's error shape: ``{"error": {"type", "code", "message"}}``.
+
+Accounts (:mod:`receiver.core.accounts`): ``POST /<account>/`` is that account's URL, its
+deliveries verified with its secrets only, and refused if the body names another merchant
+or profile. ``POST /`` is the shared URL: with one account it takes every delivery, as it
+always did; with several, the body's ``merchant_id`` (and its object's ``profile_id``)
+choose the one account that owns it, whose secrets alone then verify it (never "any secret
+of any account").
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 from flask import Blueprint, Response, jsonify, request
 
 import receiver.core.signals as signals
 from receiver.atrest.rejected_deliveries import declared_size
 from receiver.config.data_at_rest import check_event_age
+from receiver.core.accounts import Account, is_account_id
 from receiver.core.errors import (
+    AccountMismatch,
+    AccountUnknown,
     PayloadTooLarge,
     ReceiveError,
     SchemaNotReady,
@@ -24,7 +35,7 @@ from receiver.core.errors import (
 from receiver.core.events import parse_event
 from receiver.core.signature import SIGNATURE_HEADER, verify
 from receiver.storage.database import head_revision
-from receiver.web.state import receiver_state
+from receiver.web.state import ReceiverState, receiver_state
 
 log = logging.getLogger("receiver.blueprint")
 
@@ -64,20 +75,52 @@ def _db_reason(exc: BaseException) -> str:
     return f"{type(original).__name__}: {text[0][:300] if text else ''}"
 
 
-def receive() -> tuple[Response, int]:
+def _account_of(state: ReceiverState, account_id: str | None, body: bytes) -> Account:
+    """The account a delivery is for: its URL's, the only one, or the one that owns the
+    body (:class:`AccountUnknown` if none does)."""
+    if account_id is not None:
+        found = state.accounts.get(account_id) if is_account_id(account_id) else None
+        if found is None or not found.active:
+            raise AccountUnknown(f"no account {account_id[:64]!r} receives webhooks here")
+        return found
+    if state.single is not None:
+        return state.single
+    event = parse_event(body)
+    owner = state.accounts.for_body(event.merchant_id, event.profile_id)
+    if owner is None:
+        raise AccountUnknown(
+            "no single account owns this delivery's merchant_id and profile_id; "
+            "post it to its account's URL"
+        )
+    return owner
+
+
+def receive(account_id: str | None = None) -> tuple[Response, int]:
     state = receiver_state()
     remote = request.remote_addr
     body: bytes | None = None
+    account: Account | None = None
     try:
         body = _read_body(state.settings.max_body_bytes)
-        secret_id = verify(body, request.headers.get(SIGNATURE_HEADER), state.settings.secrets)
+        account = _account_of(state, account_id, body)
+        secret_id = verify(body, request.headers.get(SIGNATURE_HEADER), account.secrets)
         # A signed delivery, stored or not: the first one bounds the go-live deploy
-        # (written once per process, before the delivery).
-        state.store.operations.note_delivery(state.store.now())
+        # (written once per process and account, before the delivery).
+        state.store.operations.note_delivery(state.store.now(), account=account.id)
         event = parse_event(body)
+        if account_id is not None and not account.owns(event.merchant_id, event.profile_id):
+            raise AccountMismatch(
+                f"this delivery names another merchant or profile than account {account.id!r}"
+            )
+        if account.id != event.account:
+            event = replace(event, account=account.id)
         check_event_age(event, state.settings.data.max_event_age, state.store.now)
         outcome = state.store.inbox.insert(
-            event, body, headers=request.headers.items(), secret_id=secret_id
+            event,
+            body,
+            headers=request.headers.items(),
+            secret_id=secret_id,
+            account=account.id,
         )
     except ReceiveError as exc:
         if exc.http_status < 500:  # the request's fault: kept (bounded) in hookledger_rejection
@@ -87,8 +130,11 @@ def receive() -> tuple[Response, int]:
                 remote_addr=remote,
                 size=len(body) if body is not None else _declared_length(),
                 header_names=request.headers.keys(),
-                secrets=state.settings.secrets,
+                secrets=account.secrets if account is not None else (),
                 body=body,
+                account=account.id
+                if account is not None
+                else (account_id if is_account_id(account_id) else None),
             )
         level = logging.ERROR if isinstance(exc, StorageUnavailable) else logging.WARNING
         if isinstance(exc, StorageUnavailable):
@@ -122,6 +168,7 @@ def receive() -> tuple[Response, int]:
             "event_id": event.event_id,
             "event_type": event.event_type,
             "secret_id": secret_id,
+            "account": account.id,
         },
     )
     # Built directly: Flask's jsonify costs more than the rest of the response path.
@@ -167,6 +214,9 @@ def make_blueprint() -> Blueprint:
     /health`` is readiness too (the route's former name, kept for existing monitors)."""
     bp = Blueprint("hookledger", __name__)
     bp.add_url_rule("/", "receive", receive, methods=["POST"], strict_slashes=False)
+    bp.add_url_rule(
+        "/<account_id>/", "receive_account", receive, methods=["POST"], strict_slashes=False
+    )
     bp.add_url_rule("/health/live", "live", live, methods=["GET"])
     bp.add_url_rule("/health/ready", "ready", ready, methods=["GET"])
     bp.add_url_rule("/health", "health", ready, methods=["GET"])

@@ -72,7 +72,8 @@ NAMES: Final[Mapping[str, str]] = {
     "hookledger_deliveries_total": "webhook deliveries stored, by result "
     "(inserted, duplicate, conflict)",
     "hookledger_rejections_total": "webhook deliveries refused, by reason "
-    "(bad_signature, malformed, too_large, too_old: the request's fault; "
+    "(bad_signature, malformed, too_large, too_old, account_unknown, account_mismatch: "
+    "the request's fault; "
     "storage_unavailable, schema_not_ready: the database's; rejected: any other)",
     "hookledger_ack_seconds": "time to answer the processor (receive endpoint), by HTTP status",
     "hookledger_dispatch_latency_seconds": "from receipt to all handlers done, by source",

@@ -7,13 +7,15 @@ The blueprint (:mod:`receiver.web.blueprint`), the console and the commands
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, current_app, has_app_context
 
 from receiver.config.settings import Settings
 from receiver.core import signals
+from receiver.core.accounts import Account, AccountSource, StaticAccounts, is_account_id
+from receiver.core.errors import ConfigurationError
 from receiver.core.registry import Registry
 from receiver.store import Store
 from receiver.worker.runner import Worker, WorkerConfig
@@ -40,6 +42,18 @@ class ReceiverState:
     settings: Settings
     store: Store
     registry: Registry
+    #: Every account this installation serves (configuration, then the merchant's source).
+    accounts: AccountSource = field(default_factory=lambda: StaticAccounts(()))
+    #: The one account when it is the only one there can be (configuration only, one
+    #: account): the shared URL takes every delivery as its, as before accounts existed.
+    single: Account | None = None
+
+    def account(self, account_id: str) -> Account:
+        """The account ``account_id``, or :class:`ConfigurationError` if there is none."""
+        found = self.accounts.get(account_id) if is_account_id(account_id) else None
+        if found is None:
+            raise ConfigurationError(f"unknown account {str(account_id)[:80]!r}")
+        return found
 
     def worker(self, *, name: str | None = None, **overrides: float) -> Worker:
         config = WorkerConfig(

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc, utcnow
 from receiver.storage.database import deferred_begin
 from receiver.storage.tables import EventStatus, InboxEvent, WorkerHeartbeat
@@ -93,6 +94,9 @@ class OpsStatus:
     dead_events: int
     oldest_open_age_seconds: float | None
     problems: tuple[str, ...] = field(default=())
+    #: Per processor account with open or dead events: ``open``, ``dead`` and
+    #: ``oldest_open_age_seconds`` (see :mod:`receiver.core.accounts`).
+    accounts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -118,6 +122,7 @@ class OpsStatus:
             ],
             "open_events": self.open_events,
             "dead_events": self.dead_events,
+            "accounts": self.accounts,
             "oldest_open_age_seconds": (
                 None
                 if self.oldest_open_age_seconds is None
@@ -152,14 +157,25 @@ def check(
                 .group_by(E.c.status)
             )
         }
-        oldest = conn.execute(
-            select(func.min(E.c.received_at)).where(E.c.status.in_(EventStatus.OPEN))
-        ).scalar()
-        dead = int(
-            conn.execute(
-                select(func.count()).select_from(E).where(E.c.status == EventStatus.DEAD)
-            ).scalar_one()
-        )
+        per_account: dict[str, dict[str, Any]] = {}
+        for account, n, first in conn.execute(
+            select(E.c.account, func.count(), func.min(E.c.received_at))
+            .where(E.c.status.in_(EventStatus.OPEN))
+            .group_by(E.c.account)
+        ):
+            age_of = max(0.0, (now - as_utc(first)).total_seconds())
+            per_account[account] = {"open": int(n), "dead": 0, "oldest_open_age_seconds": age_of}
+        for account, n in conn.execute(
+            select(E.c.account, func.count())
+            .where(E.c.status == EventStatus.DEAD)
+            .group_by(E.c.account)
+        ):
+            per_account.setdefault(
+                account, {"open": 0, "dead": 0, "oldest_open_age_seconds": None}
+            )["dead"] = int(n)
+    ages = [a["oldest_open_age_seconds"] for a in per_account.values()]
+    known = [a for a in ages if a is not None]
+    dead = sum(a["dead"] for a in per_account.values())
     workers = []
     for r in rows:
         seen_age = (now - as_utc(r.seen_at)).total_seconds()
@@ -176,13 +192,24 @@ def check(
             )
         )
     alive = sum(1 for w in workers if w.alive)
-    age = None if oldest is None else max(0.0, (now - as_utc(oldest)).total_seconds())
+    age = max(known) if known else None
     problems: list[str] = []
     if require_worker and alive == 0:
         last = f"; last seen {workers[0].age_seconds:.0f} s ago" if workers else ""
         problems.append(f"no worker alive (none seen in the last {worker_timeout:g} s{last})")
-    if max_open_age is not None and age is not None and age > max_open_age:
-        problems.append(f"oldest open event is {age:.0f} s old (limit {max_open_age:g} s)")
+    if max_open_age is not None:
+        late = sorted(
+            (figures["oldest_open_age_seconds"], account)
+            for account, figures in per_account.items()
+            if (figures["oldest_open_age_seconds"] or 0.0) > max_open_age
+        )
+        for late_age, account in reversed(late[-10:]):
+            whose = "" if per_account.keys() == {DEFAULT_ACCOUNT} else f" of account {account}"
+            problems.append(
+                f"oldest open event{whose} is {late_age:.0f} s old (limit {max_open_age:g} s)"
+            )
+        if len(late) > 10:
+            problems.append(f"{len(late) - 10} more account(s) with open events that old")
     return OpsStatus(
         workers=tuple(workers),
         workers_alive=alive,
@@ -190,6 +217,15 @@ def check(
         dead_events=dead,
         oldest_open_age_seconds=age,
         problems=tuple(problems),
+        accounts={
+            account: {
+                **figures,
+                "oldest_open_age_seconds": None
+                if figures["oldest_open_age_seconds"] is None
+                else round(figures["oldest_open_age_seconds"], 1),
+            }
+            for account, figures in sorted(per_account.items())
+        },
     )
 
 

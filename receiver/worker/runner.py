@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -305,6 +305,8 @@ class Worker:
     def _work(self, claimed: Claimed, timings: dict[int, _Timings]) -> Work | None:
         try:
             event = parse_event(self.store.open_body(claimed.body, claimed.event_id))
+            if claimed.account != event.account:
+                event = replace(event, account=claimed.account)
         except MalformedEvent as exc:  # stored by an older version, or edited by hand
             if self.store.dispatcher.finish(claimed, status=EventStatus.DEAD, error=str(exc)):
                 log.error(

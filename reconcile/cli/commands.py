@@ -29,6 +29,7 @@ from sqlalchemy.exc import OperationalError
 
 import receiver.storage.database as db
 from receiver.cli.common import add_log_options, run_main, running_as_program
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from reconcile.cli.adoption_commands import register as register_adoption_commands
 from reconcile.cli.context import EXIT_DATABASE, EXIT_HELP, Context, fail
 from reconcile.cli.run_commands import register as register_run_commands
@@ -82,6 +83,14 @@ log = logging.getLogger("reconcile.cli")
     help="Pin sandbox or production (HOOKLEDGER_ENVIRONMENT); needed for keys without a "
     "snd_/prd_ prefix, and checked against the key otherwise.",
 )
+@click.option(
+    "--account",
+    envvar="HOOKLEDGER_ACCOUNT",
+    default=DEFAULT_ACCOUNT,
+    show_default=True,
+    help="The processor account (HOOKLEDGER_ACCOUNT): 'default' reads HOOKLEDGER_API_KEY and "
+    "the other variables above, another its entry of HOOKLEDGER_ACCOUNTS.",
+)
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
 @click.pass_context
 def cli(
@@ -89,11 +98,12 @@ def cli(
     database_url: str | None,
     processor_url: str | None,
     environment: str | None,
+    account: str,
     verbose: int,
 ) -> None:
     if verbose and running_as_program():  # -v/-vv: as --log-level info/debug
         logging.getLogger().setLevel([logging.INFO, logging.DEBUG][min(verbose, 2) - 1])
-    ctx.obj = Context(database_url, processor_url, environment)
+    ctx.obj = Context(database_url, processor_url, environment, account)
     if ctx.invoked_subcommand is None:
         ctx.invoke(run_cmd)
 

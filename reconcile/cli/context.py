@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 import receiver.storage.database as db
 from receiver.config.data_at_rest import from_environment
+from receiver.core.accounts import DEFAULT_ACCOUNT, Account, parse_accounts
 from receiver.core.errors import ConfigurationError, HookledgerError, StorageUnavailable
 from receiver.core.signature import parse_secrets
 from receiver.store import Store
@@ -44,15 +45,62 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 class Context:
-    """Lazily built from options and environment when a command runs."""
+    """Lazily built from options and environment when a command runs, for one processor
+    account: the default one reads today's variables (``HOOKLEDGER_API_KEY``,
+    ``HOOKLEDGER_MERCHANT_ID`` ...), another one its entry of ``HOOKLEDGER_ACCOUNTS``."""
 
     def __init__(
-        self, database_url: str | None, processor_url: str | None, environment: str | None
+        self,
+        database_url: str | None,
+        processor_url: str | None,
+        environment: str | None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> None:
         self.database_url = database_url
         self.processor_url = processor_url
         self.environment = environment
+        self.account = account
         self._inbox: Store | None = None
+
+    def for_account(self, account: str) -> Context:
+        """The same context for another account (sharing the inbox and its engine)."""
+        other = Context(self.database_url, self.processor_url, self.environment, account)
+        other._inbox = self._inbox
+        return other
+
+    def configured(self) -> Account | None:
+        """The account's entry of ``HOOKLEDGER_ACCOUNTS`` (``None`` for the default account
+        configured by today's variables); an unknown account is one line and exit 2."""
+        try:
+            accounts = parse_accounts(os.environ.get("HOOKLEDGER_ACCOUNTS"))
+        except ConfigurationError as exc:
+            fail(exc.message)
+        for account in accounts:
+            if account.id == self.account:
+                return account
+        if self.account == DEFAULT_ACCOUNT:
+            return None
+        fail(f"unknown account {self.account!r}: it is not in HOOKLEDGER_ACCOUNTS")
+
+    def account_ids(self) -> list[str]:
+        """Every account this installation reconciles: the default one when
+        ``HOOKLEDGER_API_KEY`` is set, then each active one of ``HOOKLEDGER_ACCOUNTS`` that
+        has an API key."""
+        try:
+            accounts = parse_accounts(os.environ.get("HOOKLEDGER_ACCOUNTS"))
+        except ConfigurationError as exc:
+            fail(exc.message)
+        ids = [DEFAULT_ACCOUNT] if os.environ.get("HOOKLEDGER_API_KEY") else []
+        ids += [a.id for a in accounts if a.active and a.api_key and a.id not in ids]
+        return ids
+
+    def _setting(self, name: str, field: str) -> str | None:
+        """``HOOKLEDGER_<name>`` for the default account, else the account's ``field``."""
+        account = self.configured()
+        if account is None:
+            return os.environ.get(f"HOOKLEDGER_{name}") or None
+        value = getattr(account, field)
+        return str(value) if value else None
 
     def inbox(self) -> Store:
         if self._inbox is None:
@@ -69,52 +117,69 @@ class Context:
                 fail(exc.message)
         return self._inbox
 
+    def _processor_url(self) -> str | None:
+        account = self.configured()
+        return (account.base_url if account is not None else None) or self.processor_url
+
+    def _environment(self) -> str | None:
+        account = self.configured()
+        return (account.environment if account is not None else None) or self.environment
+
     def client(self) -> ProcessorClient:
-        key = os.environ.get("HOOKLEDGER_API_KEY")
-        if not self.processor_url:
+        key = self._setting("API_KEY", "api_key")
+        url = self._processor_url()
+        if not url:
             fail("set HOOKLEDGER_PROCESSOR_URL (or --processor-url)")
         if not key:
-            fail("set HOOKLEDGER_API_KEY (the processor's secret API key)")
+            if self.account == DEFAULT_ACCOUNT:
+                fail("set HOOKLEDGER_API_KEY (the processor's secret API key)")
+            fail(f"account {self.account!r} has no api_key in HOOKLEDGER_ACCOUNTS")
         try:
             return ProcessorClient(
-                self.processor_url,
+                url,
                 key,
-                environment=cast(Literal["sandbox", "production"] | None, self.environment),
+                environment=cast(Literal["sandbox", "production"] | None, self._environment()),
             )
         except (ConfigurationError, ValueError) as exc:
             fail(exc.message if isinstance(exc, HookledgerError) else str(exc))
 
     def events_path(self) -> Any:
         """The events-API path, when an admin key is configured (else ``None``)."""
-        admin_key = os.environ.get("HOOKLEDGER_ADMIN_API_KEY")
+        admin_key = self._setting("ADMIN_API_KEY", "admin_key")
         if not admin_key:
             return None
         from reconcile.client.events_api import EventsClient
         from reconcile.recovery.undelivered import UndeliveredEvents
 
-        merchant_id = os.environ.get("HOOKLEDGER_MERCHANT_ID")
+        merchant_id = self._setting("MERCHANT_ID", "merchant_id")
         if not merchant_id:
             fail("the events-API path (HOOKLEDGER_ADMIN_API_KEY) needs HOOKLEDGER_MERCHANT_ID")
-        try:
-            secrets = parse_secrets(os.environ.get("HOOKLEDGER_SECRETS"))
-        except ConfigurationError as exc:
-            fail(exc.message)
+        account = self.configured()
+        if account is not None:
+            secrets = account.secrets
+        else:
+            try:
+                secrets = parse_secrets(os.environ.get("HOOKLEDGER_SECRETS"))
+            except ConfigurationError as exc:
+                fail(exc.message)
         if not secrets:
             fail(
                 "the events-API path verifies what it recovers: set HOOKLEDGER_SECRETS "
                 "(the webhook signing secrets)"
             )
-        environment = self.environment or self.client().environment
+        environment = self._environment() or self.client().environment
         try:
             api = EventsClient(
-                str(self.processor_url),
+                str(self._processor_url()),
                 admin_key,
                 environment=cast(Literal["sandbox", "production"], environment),
             )
         except (ConfigurationError, ValueError) as exc:
             fail(exc.message if isinstance(exc, HookledgerError) else str(exc))
         resend = os.environ.get("HOOKLEDGER_EVENTS_RESEND", "").lower() in ("1", "true", "yes")
-        return UndeliveredEvents(api, self.inbox(), secrets, merchant_id, resend=resend)
+        return UndeliveredEvents(
+            api, self.inbox(), secrets, merchant_id, resend=resend, account=self.account
+        )
 
     def check_schema(self) -> None:
         engine = self.inbox().engine

@@ -14,8 +14,12 @@ from typing import Any
 import click
 
 from reconcile.cli.context import (
+    EXIT_DATABASE,
     EXIT_HELP,
+    EXIT_LOCKED,
+    EXIT_NOT_ADOPTED,
     EXIT_PROCESSOR,
+    EXIT_UNRESOLVED,
     Context,
     emit,
     exit_code,
@@ -25,7 +29,7 @@ from reconcile.cli.context import (
 )
 from reconcile.cli.run_options import options_from_env
 from reconcile.client.processor import ProcessorClient
-from reconcile.core.report import render
+from reconcile.core.report import Report, render
 from reconcile.runtime.runner import DEFAULT_KINDS, KIND_NAMES, Reconciler
 from reconcile.storage.store import ReconcileStore
 
@@ -95,6 +99,13 @@ def _progress() -> Callable[[str, int], None] | None:
 @click.option("--dry-run", is_flag=True, help="Show what would be recovered; insert nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait for a running run.")
+@click.option(
+    "--all-accounts",
+    is_flag=True,
+    help="Reconcile every account in turn (the default one if HOOKLEDGER_API_KEY is set, and "
+    "each of HOOKLEDGER_ACCOUNTS with an api_key), each with its own lock, watermarks and "
+    "budget; one failing never stops the others. The exit code is the worst account's.",
+)
 @click.pass_obj
 def run_cmd(
     obj: Context,
@@ -107,6 +118,7 @@ def run_cmd(
     dry_run: bool = False,
     as_json: bool = False,
     wait: float = 0.0,
+    all_accounts: bool = False,
 ) -> None:
     window: dict[str, Any] = {"mode": mode, "until": utc_option(until)}
     if since is not None:
@@ -127,21 +139,67 @@ def run_cmd(
         **extra,
     )
     obj.check_schema()
+    if all_accounts:
+        _run_all(obj, options, as_json)
+    report = _run_one(obj, options)
+    data = report.as_dict()
+    emit(data, as_json, render(data))
+    sys.exit(exit_code(report))
+
+
+def _run_one(obj: Context, options: Any) -> Report:
+    """One account's run (its failures are one line and the documented exit code)."""
     client = obj.client()
     _probe_key(client)
     try:
         with exit_on_error():
             reconciler = Reconciler(
-                client, obj.inbox(), progress=_progress(), events=obj.events_path()
+                client,
+                obj.inbox(),
+                progress=_progress(),
+                events=obj.events_path(),
+                account=obj.account,
             )
             report = reconciler.run(options)
     finally:
         client.close()
     if sys.stderr.isatty():
         sys.stderr.write("\n")
-    data = report.as_dict()
-    emit(data, as_json, render(data))
-    sys.exit(exit_code(report))
+    return report
+
+
+#: Which of two accounts' exit codes the run of all accounts ends with: the database, then
+#: a missing adoption, the processor, a held lock, configuration, drift; 0 only if all are.
+_SEVERITY = (EXIT_DATABASE, EXIT_NOT_ADOPTED, EXIT_PROCESSOR, EXIT_LOCKED, 2, EXIT_UNRESOLVED)
+
+
+def _run_all(obj: Context, options: Any, as_json: bool) -> None:
+    ids = obj.account_ids()
+    if not ids:
+        fail("no account to reconcile: set HOOKLEDGER_API_KEY or api_key in HOOKLEDGER_ACCOUNTS")
+    codes: dict[str, int] = {}
+    reports: dict[str, Any] = {}
+    for account in ids:
+        try:
+            report = _run_one(obj.for_account(account), options)
+        except SystemExit as stop:  # that account's failure, said on stderr: go on
+            codes[account] = stop.code if isinstance(stop.code, int) else 2
+            reports[account] = {"status": "failed", "exit_code": codes[account]}
+            continue
+        codes[account] = exit_code(report)
+        reports[account] = report.as_dict()
+    worst = next((c for c in _SEVERITY if c in codes.values()), 0)
+    not_ok = sorted(a for a, c in codes.items() if c != 0)
+    if as_json:
+        click.echo(json.dumps({"accounts": reports, "not_ok": not_ok}, default=str))
+    else:
+        for account in ids:
+            data = reports[account]
+            shown = render(data) if "kinds" in data else f"failed (exit {codes[account]})"
+            click.echo(f"== account {account}: exit {codes[account]}\n{shown}")
+        summary = f"{len(ids)} account(s), not ok: {', '.join(not_ok)}" if not_ok else ""
+        click.echo(summary or f"{len(ids)} account(s), all ok")
+    sys.exit(worst)
 
 
 @click.command("report", help="Show the latest stored run reports.")
@@ -156,7 +214,7 @@ def run_cmd(
 @click.pass_obj
 def report_cmd(obj: Context, limit: int, as_json: bool) -> None:
     obj.check_schema()
-    runs = ReconcileStore(obj.inbox().engine).runs(limit)
+    runs = ReconcileStore(obj.inbox().engine, account=obj.account).runs(limit)
     if as_json:
         click.echo(json.dumps([json.loads(r.report) for r in runs], indent=2))
         return

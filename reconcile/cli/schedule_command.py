@@ -16,7 +16,7 @@ from receiver.cli.common import long_running
 from receiver.config.data_at_rest import from_environment
 from reconcile.cli.context import Context, exit_code, exit_on_error, fail
 from reconcile.cli.run_options import options_from_env
-from reconcile.core.errors import ReconcileLocked
+from reconcile.core.errors import AdoptionInProgress, NotAdopted, ReconcileLocked
 from reconcile.core.report import Report, summary
 from reconcile.runtime.runner import Reconciler
 
@@ -78,6 +78,13 @@ def summary_fields(report: Report) -> dict[str, Any]:
     help="UTC time of the daily retention (prune, then redact, as HOOKLEDGER_RETENTION_DAYS says).",
 )
 @click.option("--no-retention", is_flag=True, help="Do not run the retention job here.")
+@click.option(
+    "--all-accounts",
+    is_flag=True,
+    help="Each run reconciles every account in turn (read again at each run, so accounts "
+    "added to HOOKLEDGER_ACCOUNTS are picked up at a restart of the configuration source), "
+    "each isolated: one failing, locked or not yet adopted is logged and the others run.",
+)
 @click.pass_obj
 def schedule_cmd(
     obj: Context,
@@ -88,6 +95,7 @@ def schedule_cmd(
     misfire_grace: int,
     retention_at: str,
     no_retention: bool,
+    all_accounts: bool = False,
 ) -> None:
     import reconcile.runtime.scheduler as sched
 
@@ -96,14 +104,24 @@ def schedule_cmd(
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # APScheduler logs two INFO lines per job; a run is one line (ours) at INFO.
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    probe = obj.client()
-    try:
-        with exit_on_error():
-            Reconciler(probe, obj.inbox()).check_adopted()
-    finally:
-        probe.close()
+    if all_accounts:
+        if not obj.account_ids():
+            fail(
+                "no account to reconcile: set HOOKLEDGER_API_KEY or api_key in HOOKLEDGER_ACCOUNTS"
+            )
+    else:
+        probe = obj.client()
+        try:
+            with exit_on_error():
+                Reconciler(probe, obj.inbox(), account=obj.account).check_adopted()
+        finally:
+            probe.close()
 
     def run(mode: str) -> None:
+        for account in obj.account_ids() if all_accounts else [obj.account]:
+            run_account(obj.for_account(account), mode)
+
+    def run_account(ctx: Context, mode: str) -> None:
         extra: dict[str, Any] = {}
         if mode == "wide":
             extra = {
@@ -111,15 +129,29 @@ def schedule_cmd(
                 "sweep_budget": nightly_sweep_budget,
             }
         options = options_from_env(mode=mode, lock_wait=0.0, **extra)
-        client = obj.client()
+        where = {"account": ctx.account}
         try:
-            report = Reconciler(client, obj.inbox(), events=obj.events_path()).run(options)
+            client = ctx.client()
+        except SystemExit:  # the account's configuration, said on stderr
+            logger.error("account %s skipped: not configured", ctx.account, extra=where)
+            return
+        try:
+            report = Reconciler(
+                client, ctx.inbox(), events=ctx.events_path(), account=ctx.account
+            ).run(options)
             level = logging.INFO if report.status == "ok" else logging.WARNING
-            logger.log(level, "%s", summary(report.as_dict()), extra=summary_fields(report))
-        except ReconcileLocked as exc:
-            logger.warning("skipped: %s", exc.message)
+            logger.log(
+                level,
+                "%s",
+                summary(report.as_dict()),
+                extra={**summary_fields(report), **where},
+            )
+        except (ReconcileLocked, NotAdopted, AdoptionInProgress) as exc:
+            logger.warning("account %s skipped: %s", ctx.account, exc.message, extra=where)
+        except SystemExit:
+            logger.error("account %s skipped: not configured", ctx.account, extra=where)
         except Exception:
-            logger.exception("reconcile run failed")
+            logger.exception("reconcile run failed (account %s)", ctx.account, extra=where)
         finally:
             client.close()
 

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import reconcile.core.diff as diff
+from receiver.core.accounts import object_key
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.events import parse_event
 from receiver.storage.tables import EventStatus, Source
@@ -210,11 +211,13 @@ class Recovery:
         if not bodies:
             return []
         if self.options.dry_run:
-            waiting = self.inbox.inbox.waiting(f"{kind}:{f.object_id}" for f, _, _, _ in bodies)
+            waiting = self.inbox.inbox.waiting(
+                object_key(self.store.account, kind, f.object_id) for f, _, _, _ in bodies
+            )
             queued: list[Finding] = []
             for finding, _body, _event_id, _dated_by in bodies:
                 assert finding.event_type is not None
-                if f"{kind}:{finding.object_id}" in waiting:
+                if object_key(self.store.account, kind, finding.object_id) in waiting:
                     queued.append(finding)
                 else:
                     tally.recovered[finding.event_type] += 1
@@ -226,6 +229,7 @@ class Recovery:
             [(parse_event(body), body) for _, body, _, _ in bodies],
             source=self.options.source,
             unless_queued=True,
+            account=self.store.account,
         )
         recheck: list[tuple[Finding, str]] = []
         behind_others: list[Finding] = []

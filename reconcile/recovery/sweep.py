@@ -48,6 +48,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 
 import receiver.core.transitions as transitions
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.storage.database import deferred_begin
 from receiver.storage.tables import Projection
@@ -188,16 +189,23 @@ class FollowedObjects:
     """The sweep's storage: which objects to follow and when each is due."""
 
     def __init__(
-        self, engine: Engine, *, policy: SweepPolicy | None = None, clock: Clock = utcnow
+        self,
+        engine: Engine,
+        *,
+        policy: SweepPolicy | None = None,
+        clock: Clock = utcnow,
+        account: str = DEFAULT_ACCOUNT,
     ) -> None:
         self.engine = engine
+        #: The processor account whose projections the sweep follows.
+        self.account = account
         self.reader = deferred_begin(engine)
         self.policy = policy or SweepPolicy()
         self.clock = clock
         self._pg = engine.dialect.name == "postgresql"
 
     def __repr__(self) -> str:
-        return f"FollowedObjects(dialect={self.engine.dialect.name!r})"
+        return f"FollowedObjects(dialect={self.engine.dialect.name!r}, account={self.account!r})"
 
     def now(self) -> datetime:
         return as_utc(self.clock())
@@ -251,6 +259,7 @@ class FollowedObjects:
         now = now or self.now()
         rows = [
             {
+                "account": self.account,
                 "kind": remote.kind,
                 "object_id": remote.object_id,
                 "created_at": remote.created,
@@ -270,7 +279,7 @@ class FollowedObjects:
         with self.engine.begin() as conn:
             conn.execute(
                 insert.on_conflict_do_update(
-                    index_elements=["kind", "object_id"],
+                    index_elements=["account", "kind", "object_id"],
                     set_={
                         "created_at": func.coalesce(insert.excluded.created_at, F.c.created_at),
                         "status": insert.excluded.status,
@@ -289,7 +298,7 @@ class FollowedObjects:
             insert = (postgresql.insert if self._pg else sqlite.insert)(F)
             conn.execute(
                 insert.on_conflict_do_update(
-                    index_elements=["kind", "object_id"],
+                    index_elements=["account", "kind", "object_id"],
                     set_={
                         "created_at": func.coalesce(insert.excluded.created_at, F.c.created_at),
                         "status": insert.excluded.status,
@@ -299,19 +308,24 @@ class FollowedObjects:
                         "checks": F.c.checks + 1,
                     },
                 ),
-                plan.follow,
+                [{**row, "account": self.account} for row in plan.follow],
             )
         for kind, ids in plan.settle.items():
             if self._pg:
                 # One array parameter: the statement text is the same for every chunk.
                 conn.execute(
                     delete(F).where(
+                        F.c.account == self.account,
                         F.c.kind == kind,
                         F.c.object_id == any_(bindparam("ids", ids, type_=ARRAY(Text()))),
                     )
                 )
             else:
-                conn.execute(delete(F).where(F.c.kind == kind, F.c.object_id.in_(ids)))
+                conn.execute(
+                    delete(F).where(
+                        F.c.account == self.account, F.c.kind == kind, F.c.object_id.in_(ids)
+                    )
+                )
 
     def postpone(
         self, kind: str, object_ids: Sequence[str], *, now: datetime | None = None
@@ -324,6 +338,7 @@ class FollowedObjects:
         born = self.born(kind, object_ids)
         rows = [
             {
+                "account": self.account,
                 "kind": kind,
                 "object_id": object_id,
                 "created_at": born.get(object_id),
@@ -340,7 +355,7 @@ class FollowedObjects:
         with self.engine.begin() as conn:
             conn.execute(
                 insert.on_conflict_do_update(
-                    index_elements=["kind", "object_id"],
+                    index_elements=["account", "kind", "object_id"],
                     set_={
                         "last_checked_at": insert.excluded.last_checked_at,
                         "next_check_at": insert.excluded.next_check_at,
@@ -357,6 +372,7 @@ class FollowedObjects:
                 r.object_id: as_utc(r.created)
                 for r in conn.execute(
                     select(P.c.object_id, P.c.object_created_at.label("created")).where(
+                        P.c.account == self.account,
                         P.c.object_kind == kind,
                         P.c.object_id.in_(list(object_ids)),
                         P.c.object_created_at.is_not(None),
@@ -365,6 +381,7 @@ class FollowedObjects:
             }
             for r in conn.execute(
                 select(F.c.object_id, F.c.created_at).where(
+                    F.c.account == self.account,
                     F.c.kind == kind,
                     F.c.object_id.in_([i for i in object_ids if i not in found]),
                     F.c.created_at.is_not(None),
@@ -402,9 +419,17 @@ class FollowedObjects:
                 func.coalesce(P.c.object_created_at, F.c.created_at).label("born"),
             )
             .select_from(
-                P.outerjoin(F, and_(F.c.kind == P.c.object_kind, F.c.object_id == P.c.object_id))
+                P.outerjoin(
+                    F,
+                    and_(
+                        F.c.account == P.c.account,
+                        F.c.kind == P.c.object_kind,
+                        F.c.object_id == P.c.object_id,
+                    ),
+                )
             )
             .where(
+                P.c.account == self.account,
                 P.c.object_kind == kind,
                 or_(
                     unsettled(kind, P.c.status, P.c.stage),
@@ -421,11 +446,14 @@ class FollowedObjects:
             F.c.status.label("status"),
             F.c.created_at.label("born"),
         ).where(
+            F.c.account == self.account,
             F.c.kind == kind,
             row_due,
             func.coalesce(F.c.created_at, F.c.first_seen_at) >= since,
             ~select(P.c.object_id)
-            .where(P.c.object_kind == kind, P.c.object_id == F.c.object_id)
+            .where(
+                P.c.account == self.account, P.c.object_kind == kind, P.c.object_id == F.c.object_id
+            )
             .exists(),
         )
         candidates = union_all(from_projection, from_follow).subquery("due")
@@ -463,7 +491,9 @@ class FollowedObjects:
         with self.engine.begin() as conn:
             result = conn.execute(
                 delete(F).where(
-                    F.c.kind == kind, func.coalesce(F.c.created_at, F.c.first_seen_at) < since
+                    F.c.account == self.account,
+                    F.c.kind == kind,
+                    func.coalesce(F.c.created_at, F.c.first_seen_at) < since,
                 )
             )
         return int(result.rowcount or 0)

@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Table, select
 
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.errors import MalformedEvent, SignatureError
 from receiver.core.events import parse_event, parse_timestamp
 from receiver.core.signature import SIGNATURE_HEADER, Secret, verify
@@ -112,10 +113,13 @@ class UndeliveredEvents:
         resend: bool = False,
         page_size: int = 100,
         max_requests: int = 1_000,
+        account: str = DEFAULT_ACCOUNT,
     ) -> None:
         """``max_requests`` bounds a run's requests on this path: the listing and the
-        attempts fetched for each undelivered event together."""
+        attempts fetched for each undelivered event together. ``account``: the processor
+        account ``merchant_id`` and ``secrets`` are (what it recovers is stored in it)."""
         self.api = api
+        self.account = account
         self.inbox = inbox
         self.secrets = tuple(secrets)
         if not self.secrets:
@@ -131,7 +135,7 @@ class UndeliveredEvents:
         return f"UndeliveredEvents(merchant_id={self.merchant_id!r}, resend={self.resend})"
 
     def run(self, start: datetime, end: datetime, report: EventsReport, *, dry_run: bool) -> None:
-        cutover = self.inbox.operations.cutover()
+        cutover = self.inbox.operations.cutover(account=self.account)
         pager = self.api.iter_events(
             self.merchant_id,
             start,
@@ -188,7 +192,11 @@ class UndeliveredEvents:
 
     def _stored(self, event_ids: Sequence[str]) -> set[str]:
         with self.inbox.deferred.connect() as conn:
-            rows = conn.execute(select(E.c.event_id).where(E.c.event_id.in_(list(event_ids))))
+            rows = conn.execute(
+                select(E.c.event_id).where(
+                    E.c.account == self.account, E.c.event_id.in_(list(event_ids))
+                )
+            )
             return {row.event_id for row in rows}
 
     def _recover(self, event_ids: list[str], report: EventsReport, dry_run: bool) -> None:
@@ -251,7 +259,12 @@ class UndeliveredEvents:
             report.recovered[event.event_type] += 1
             return
         result = self.inbox.inbox.insert(
-            event, body, headers=headers, secret_id=secret_id, source=Source.RECOVERED
+            event,
+            body,
+            headers=headers,
+            secret_id=secret_id,
+            source=Source.RECOVERED,
+            account=self.account,
         )
         if result.result == "inserted":
             report.recovered[event.event_type] += 1

@@ -47,6 +47,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 import receiver.core.transitions as transitions
 import reconcile.core.diff as diff
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.guard import ADOPTED, CutOver
 from receiver.storage.tables import Projection, Transition
@@ -125,10 +126,17 @@ class Adopter:
         store: ReconcileStore | None = None,
         clock: Clock = utcnow,
         owner: str | None = None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> None:
+        """``account``: the processor account ``client`` speaks for (``store``, when given,
+        must be that account's)."""
         self.client = client
         self.inbox = inbox
-        self.store = store or ReconcileStore(inbox.engine, clock=clock)
+        self.store = store or ReconcileStore(inbox.engine, clock=clock, account=account)
+        if self.store.account != account:
+            raise ValueError(
+                f"the store is account {self.store.account!r}'s, the adoption {account!r}'s"
+            )
         self.clock = clock
         self.owner = owner or worker_name()
         self._pg = inbox.engine.dialect.name == "postgresql"
@@ -138,17 +146,17 @@ class Adopter:
 
     def declare_new_account(self) -> AdoptionReport:
         """Record that the account has nothing before hookledger (every path dispatches)."""
-        if self.inbox.operations.cutover_mode() == "adopted":
+        if self.inbox.operations.cutover_mode(account=self.store.account) == "adopted":
             raise ValueError(
                 "this database has adopted an account with history; it cannot be declared new"
             )
-        self.inbox.operations.set_cutover("new_account", None)
+        self.inbox.operations.set_cutover("new_account", None, account=self.store.account)
         return AdoptionReport(mode="new_account", dry_run=False, cutover_at=None)
 
     def adopt(self, options: AdoptOptions | None = None) -> AdoptionReport:
         """Adopt (or go on adopting) the account's current state; see the module docstring."""
         options = options or AdoptOptions()
-        if self.inbox.operations.cutover_mode() == "new_account":
+        if self.inbox.operations.cutover_mode(account=self.store.account) == "new_account":
             raise ValueError("this database was declared a new account; there is nothing to adopt")
         lease = None if options.dry_run else self.store.lock(self.owner)
         if lease is not None:
@@ -166,16 +174,18 @@ class Adopter:
         cutover = existing.at if existing is not None else truncate_ms(self.clock())
         if existing is None:
             # Webhooks stored before this version kept the first delivery bound the deploy too.
-            first = ops.first_stored_webhook()
+            first = ops.first_stored_webhook(account=self.store.account)
             if first is not None and not options.dry_run:
-                ops.record_first_delivery(first)
-            kept = ops.first_delivery()
+                ops.record_first_delivery(first, account=self.store.account)
+            kept = ops.first_delivery(account=self.store.account)
             if first is None or (kept is not None and kept < first):
                 first = kept
             if not options.dry_run:
-                ops.set_cutover("adopted", cutover)
+                ops.set_cutover("adopted", cutover, account=self.store.account)
             now = as_utc(self.clock())
-            existing = ops.cutover() or CutOver(at=cutover, recorded_at=now, first_delivery=first)
+            existing = ops.cutover(account=self.store.account) or CutOver(
+                at=cutover, recorded_at=now, first_delivery=first
+            )
         ends = existing.history_ends
         report = AdoptionReport(
             mode="adopted", dry_run=options.dry_run, cutover_at=cutover, history_ends=ends
@@ -183,12 +193,22 @@ class Adopter:
         recovery = Recovery(
             self.inbox,
             self.store,
-            FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock),
+            FollowedObjects(
+                self.inbox.engine,
+                policy=options.sweep_policy,
+                clock=self.clock,
+                account=self.store.account,
+            ),
             options=RecoveryOptions(dry_run=options.dry_run),
             clock=self.clock,
         )
         budget = options.max_requests
-        followed = FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock)
+        followed = FollowedObjects(
+            self.inbox.engine,
+            policy=options.sweep_policy,
+            clock=self.clock,
+            account=self.store.account,
+        )
         for name in options.kinds:
             kind = KIND_NAMES[name]
             row = progress.get(name)
@@ -324,6 +344,7 @@ class Adopter:
             when = remote.modified if remote.modified is not None else cutover
             projections.append(
                 {
+                    "account": self.store.account,
                     "object_kind": kind,
                     "object_id": remote.object_id,
                     "status": remote.state.status,
@@ -336,6 +357,7 @@ class Adopter:
             )
             owned.append(
                 {
+                    "account": self.store.account,
                     "object_kind": kind,
                     "object_id": remote.object_id,
                     "state": remote.state.key,
@@ -351,7 +373,7 @@ class Adopter:
         if replaced:
             # Over a write-off's projection only (never one a dispatched event set since).
             project = project.on_conflict_do_update(
-                index_elements=[P.c.object_kind, P.c.object_id],
+                index_elements=[P.c.account, P.c.object_kind, P.c.object_id],
                 set_={
                     c: project.excluded[c]
                     for c in ("status", "stage", "event_time", "object_created_at", "event_pk")
@@ -370,7 +392,10 @@ class Adopter:
 
     def _progress(self) -> dict[str, dict[str, Any]]:
         with self.store.reader.connect() as conn:
-            return {row.kind: dict(row._mapping) for row in conn.execute(select(A))}
+            return {
+                row.kind: dict(row._mapping)
+                for row in conn.execute(select(A).where(A.c.account == self.store.account))
+            }
 
     def _save(
         self,
@@ -394,8 +419,8 @@ class Adopter:
         with self.inbox.engine.begin() as conn:
             conn.execute(
                 insert(A)
-                .values(kind=name, started_at=now, **values)
-                .on_conflict_do_update(index_elements=["kind"], set_=values)
+                .values(account=self.store.account, kind=name, started_at=now, **values)
+                .on_conflict_do_update(index_elements=["account", "kind"], set_=values)
             )
 
 

@@ -70,7 +70,9 @@ class Backfill:
         options = options or AdoptOptions()
         window = (truncate_ms(since), min(truncate_ms(until), truncate_ms(r.clock())))
         report = BackfillReport(dry_run=dry_run, window=window)
-        followed = FollowedObjects(r.inbox.engine, policy=options.sweep_policy, clock=r.clock)
+        followed = FollowedObjects(
+            r.inbox.engine, policy=options.sweep_policy, clock=r.clock, account=r.store.account
+        )
         recovery = Recovery(
             r.inbox,
             r.store,
@@ -89,7 +91,7 @@ class Backfill:
                 part.remote_errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             remotes = recovery.read(kind, rows, part)
-            adopted = _adopted(r.inbox, kind, [x.object_id for x in remotes])
+            adopted = _adopted(r.inbox, r.store.account, kind, [x.object_id for x in remotes])
             chosen = [x for x in remotes if x.object_id in adopted]
             part.pages, part.requests = pager.pages, pager.requests
             if dry_run:
@@ -107,17 +109,18 @@ class Backfill:
                     else:
                         part.recovered[event_type] += 1
                 continue
-            _forget(r.inbox, kind, [x.object_id for x in chosen])
+            _forget(r.inbox, r.store.account, kind, [x.object_id for x in chosen])
             recovery.process(kind, chosen, part, confirm_ahead=False)
         return report
 
 
-def _adopted(inbox: Store, kind: str, object_ids: Sequence[str]) -> set[str]:
+def _adopted(inbox: Store, account: str, kind: str, object_ids: Sequence[str]) -> set[str]:
     if not object_ids:
         return set()
     with inbox.deferred.connect() as conn:
         rows = conn.execute(
             select(P.c.object_id).where(
+                P.c.account == account,
                 P.c.object_kind == kind,
                 P.c.object_id.in_(list(object_ids)),
                 P.c.event_pk == ADOPTED,
@@ -126,13 +129,14 @@ def _adopted(inbox: Store, kind: str, object_ids: Sequence[str]) -> set[str]:
         return set(rows)
 
 
-def _forget(inbox: Store, kind: str, object_ids: Sequence[str]) -> None:
+def _forget(inbox: Store, account: str, kind: str, object_ids: Sequence[str]) -> None:
     """Drop what adoption recorded for ``object_ids`` so their states dispatch again."""
     if not object_ids:
         return
     with inbox.engine.begin() as conn:
         conn.execute(
             delete(T).where(
+                T.c.account == account,
                 T.c.object_kind == kind,
                 T.c.object_id.in_(list(object_ids)),
                 T.c.event_pk == ADOPTED,
@@ -140,6 +144,7 @@ def _forget(inbox: Store, kind: str, object_ids: Sequence[str]) -> None:
         )
         conn.execute(
             delete(P).where(
+                P.c.account == account,
                 P.c.object_kind == kind,
                 P.c.object_id.in_(list(object_ids)),
                 P.c.event_pk == ADOPTED,

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal, Protocol, cast
 
 import receiver.core.signals as signals
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.transitions import is_settled
 from receiver.storage.tables import EventStatus
@@ -196,17 +197,30 @@ class Reconciler:
         progress: Progress | None = None,
         owner: str | None = None,
         events: EventsPath | None = None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> None:
+        """``account``: the processor account ``client`` (and ``events``) speak for; what
+        the run reads and writes is that account's alone (``store``, when given, must be
+        that account's)."""
         self.client = client
         self.inbox = inbox
-        self.store = store or ReconcileStore(inbox.engine, clock=clock)
+        self.store = store or ReconcileStore(inbox.engine, clock=clock, account=account)
+        if self.store.account != account:
+            raise ValueError(
+                f"the store is account {self.store.account!r}'s, the run {account!r}'s"
+            )
+        events_account = getattr(events, "account", account)
+        if events_account != account:
+            raise ValueError(
+                f"the events-API path is account {events_account!r}'s, the run {account!r}'s"
+            )
         self.clock = clock
         self.progress = progress
         self.owner = owner or worker_name()
         self.events = events
 
     def __repr__(self) -> str:
-        return f"Reconciler(client={self.client!r})"
+        return f"Reconciler(client={self.client!r}, account={self.store.account!r})"
 
     def _fetch(self, kind: str, object_id: str) -> dict[str, Any]:
         """Re-read one object by id (``GET /payments/{id}``, ``/refunds/{id}``, ...)."""
@@ -243,7 +257,12 @@ class Reconciler:
             recovery = Recovery(
                 self.inbox,
                 self.store,
-                FollowedObjects(self.inbox.engine, policy=options.sweep_policy, clock=self.clock),
+                FollowedObjects(
+                    self.inbox.engine,
+                    policy=options.sweep_policy,
+                    clock=self.clock,
+                    account=self.store.account,
+                ),
                 options=RecoveryOptions(merchant_id=options.merchant_id, dry_run=options.dry_run),
                 fetch=self._fetch,
                 clock=self.clock,

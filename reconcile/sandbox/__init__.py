@@ -7,6 +7,8 @@ sends signed webhooks byte-compatible with Hyperswitch's, runs lifecycles on a s
 injects faults on demand. For tests, demos and benchmarks; never for real money.
 
 - :class:`SandboxServer`: serve a sandbox on loopback in a background thread.
+- :class:`MerchantsServer` / :class:`MerchantsApp`: several merchants (a :class:`Sandbox`
+  each, with its own keys, webhook URL and secret) on one base URL, routed by ``api-key``.
 - :class:`Sandbox`: the state, webhook and fault controller (usable without HTTP).
 - :func:`create_app`: the Flask app over a :class:`Sandbox`.
 - :func:`mount_wsgi` / :func:`wsgi_sender`: in-process HTTP (no socket) to the app, and
@@ -16,13 +18,15 @@ Module guide: :mod:`~reconcile.sandbox.state` (behaviour, lifecycles),
 :mod:`~reconcile.sandbox.app` (routes), :mod:`~reconcile.sandbox.webhooks` (bodies,
 delivery, events records), :mod:`~reconcile.sandbox.cards` (test cards),
 :mod:`~reconcile.sandbox.faults` (faults), :mod:`~reconcile.sandbox.models` (what answers
-carry), :mod:`~reconcile.sandbox.transport` (in-process HTTP).
+carry), :mod:`~reconcile.sandbox.transport` (in-process HTTP),
+:mod:`~reconcile.sandbox.merchants` (several merchants).
 """
 
 from reconcile.sandbox.app import create_app
 from reconcile.sandbox.clock import FrozenClock
 from reconcile.sandbox.errors import SandboxError
 from reconcile.sandbox.faults import ApiFaultConfig, WebhookFaultConfig
+from reconcile.sandbox.merchants import MerchantsApp, MerchantsServer
 from reconcile.sandbox.server import SandboxServer
 from reconcile.sandbox.state import Sandbox
 from reconcile.sandbox.transport import WSGIAdapter, mount_wsgi, wsgi_sender
@@ -39,6 +43,8 @@ __all__ = [
     "DeliveryRecord",
     "DeliveryReport",
     "FrozenClock",
+    "MerchantsApp",
+    "MerchantsServer",
     "Sandbox",
     "SandboxError",
     "SandboxServer",

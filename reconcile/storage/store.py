@@ -28,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 
+from receiver.core.accounts import DEFAULT_ACCOUNT, object_key
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.guard import CutOver
 from receiver.core.transitions import State, make_state, read_event
@@ -74,7 +75,8 @@ _OBSERVE_PG = text(
     "LEFT JOIN LATERAL (SELECT pr.status, pr.stage, pr.event_pk, "
     "coalesce(ev.status = 'dead', false) AS dead FROM hookledger_projection AS pr "
     "LEFT JOIN hookledger_event AS ev ON ev.id = pr.event_pk "
-    "WHERE pr.object_kind = :kind AND pr.object_id = listed.object_id LIMIT 1) AS p ON true "
+    "WHERE pr.account = :account AND pr.object_kind = :kind "
+    "AND pr.object_id = listed.object_id LIMIT 1) AS p ON true "
     "WHERE p.status IS DISTINCT FROM listed.remote_status "
     "OR p.stage IS DISTINCT FROM listed.remote_stage OR p.dead"
 )
@@ -95,14 +97,18 @@ def _ids_json(object_ids: Iterable[str]) -> str:
 class ReconcileStore:
     """Watermarks, runs and seen ids on the receiver's database."""
 
-    def __init__(self, engine: Engine, *, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, engine: Engine, *, clock: Clock = utcnow, account: str = DEFAULT_ACCOUNT
+    ) -> None:
         self.engine = engine
         self.clock = clock
+        #: The processor account whose projections this store compares with the processor.
+        self.account = account
         self._pg = engine.dialect.name == "postgresql"
         self.reader = deferred_begin(engine)
 
     def __repr__(self) -> str:
-        return f"ReconcileStore(dialect={self.engine.dialect.name!r})"
+        return f"ReconcileStore(dialect={self.engine.dialect.name!r}, account={self.account!r})"
 
     def now(self) -> datetime:
         return as_utc(self.clock())
@@ -114,7 +120,9 @@ class ReconcileStore:
 
     def watermark(self, kind: str) -> datetime | None:
         with self.reader.connect() as conn:
-            value = conn.execute(select(W.c.high_water).where(W.c.kind == kind)).scalar()
+            value = conn.execute(
+                select(W.c.high_water).where(W.c.account == self.account, W.c.kind == kind)
+            ).scalar()
         return as_utc(value) if value is not None else None
 
     def set_watermark(self, kind: str, high_water: datetime) -> None:
@@ -125,9 +133,9 @@ class ReconcileStore:
         with self.engine.begin() as conn:
             conn.execute(
                 self._insert(W)
-                .values(kind=kind, high_water=high_water, updated_at=now)
+                .values(account=self.account, kind=kind, high_water=high_water, updated_at=now)
                 .on_conflict_do_update(
-                    index_elements=["kind"],
+                    index_elements=["account", "kind"],
                     set_={"high_water": high_water, "updated_at": now},
                     where=W.c.high_water < high_water,
                 )
@@ -140,7 +148,12 @@ class ReconcileStore:
             run_id = conn.execute(
                 R.insert()
                 .values(
-                    mode=mode, owner=owner, started_at=self.now(), status="running", report="{}"
+                    account=self.account,
+                    mode=mode,
+                    owner=owner,
+                    started_at=self.now(),
+                    status="running",
+                    report="{}",
                 )
                 .returning(R.c.id)
             ).scalar_one()
@@ -159,13 +172,18 @@ class ReconcileStore:
 
     def runs(self, limit: int = 10) -> list[ReconcileRun]:
         with self.reader.connect() as conn:
-            rows = conn.execute(select(R).order_by(R.c.id.desc()).limit(limit)).all()
+            rows = conn.execute(
+                select(R).where(R.c.account == self.account).order_by(R.c.id.desc()).limit(limit)
+            ).all()
         return [ReconcileRun(**row._mapping) for row in rows]
 
     def running(self) -> ReconcileRun | None:
         with self.reader.connect() as conn:
             row = conn.execute(
-                select(R).where(R.c.status == "running").order_by(R.c.id.desc()).limit(1)
+                select(R)
+                .where(R.c.account == self.account, R.c.status == "running")
+                .order_by(R.c.id.desc())
+                .limit(1)
             ).first()
         return ReconcileRun(**row._mapping) if row is not None else None
 
@@ -215,6 +233,7 @@ class ReconcileStore:
             }
         params = {
             "run_id": run_id,
+            "account": self.account,
             "kind": kind,
             "ids": _ids_json(ids),
             "statuses": json.dumps(
@@ -246,7 +265,11 @@ class ReconcileStore:
             rows = conn.execute(
                 select(P.c.object_id, P.c.status, P.c.stage, P.c.event_pk, E.c.status)
                 .select_from(P.outerjoin(E, E.c.id == P.c.event_pk))
-                .where(P.c.object_kind == kind, P.c.object_id.in_(list(object_ids)))
+                .where(
+                    P.c.account == self.account,
+                    P.c.object_kind == kind,
+                    P.c.object_id.in_(list(object_ids)),
+                )
             ).all()
         return {
             r[0]: Local(make_state(kind, r[1], r[2]), int(r[3]), dead=r[4] == EventStatus.DEAD)
@@ -258,7 +281,7 @@ class ReconcileStore:
         for those of ``object_ids`` that have any."""
         if not object_ids:
             return {}
-        keys = {f"{kind}:{object_id}": object_id for object_id in object_ids}
+        keys = {object_key(self.account, kind, object_id): object_id for object_id in object_ids}
         found: dict[str, list[State]] = {}
         with self.reader.connect() as conn:
             # Only the object index: an object has few events, the inbox may hold a backlog
@@ -281,10 +304,12 @@ class ReconcileStore:
         ids = list(object_ids)
         if not ids:
             return set()
-        keys = {f"{kind}:{object_id}": object_id for object_id in ids}
+        keys = {object_key(self.account, kind, object_id): object_id for object_id in ids}
         with self.reader.connect() as conn:
             projected = conn.execute(
-                select(P.c.object_id).where(P.c.object_kind == kind, P.c.object_id.in_(ids))
+                select(P.c.object_id).where(
+                    P.c.account == self.account, P.c.object_kind == kind, P.c.object_id.in_(ids)
+                )
             ).scalars()
             found = set(projected)
             events = conn.execute(
@@ -310,7 +335,7 @@ class ReconcileStore:
         ids = list(object_ids)
         if not ids:
             return set(), {}
-        keys = {f"{kind}:{object_id}": object_id for object_id in ids}
+        keys = {object_key(self.account, kind, object_id): object_id for object_id in ids}
         off = and_(
             E.c.source.in_([*Source.HISTORICAL, Source.API]),
             E.c.received_at >= cutover.recorded_at,
@@ -330,7 +355,7 @@ class ReconcileStore:
                     own.add(keys[key])
             for object_id, event_pk in conn.execute(
                 select(P.c.object_id, P.c.event_pk).where(
-                    P.c.object_kind == kind, P.c.object_id.in_(ids)
+                    P.c.account == self.account, P.c.object_kind == kind, P.c.object_id.in_(ids)
                 )
             ):
                 if int(event_pk) not in written_off.get(object_id, set()):
@@ -354,6 +379,7 @@ class ReconcileStore:
             seen_ids = select(each.c.value.label("object_id")).select_from(seen.join(each, true()))
         unseen = except_(
             select(P.c.object_id).where(
+                P.c.account == self.account,
                 P.c.object_kind == kind,
                 P.c.object_created_at >= as_utc(start),
                 P.c.object_created_at <= as_utc(end),
@@ -372,8 +398,12 @@ class ReconcileStore:
     def has_history(self) -> bool:
         """True when reconcile has run on this database before (a run or a watermark)."""
         with self.reader.connect() as conn:
-            runs = conn.execute(select(R.c.id).where(R.c.status != "running").limit(1)).first()
-            marks = conn.execute(select(W.c.kind).limit(1)).first()
+            runs = conn.execute(
+                select(R.c.id).where(R.c.account == self.account, R.c.status != "running").limit(1)
+            ).first()
+            marks = conn.execute(
+                select(W.c.kind).where(W.c.account == self.account).limit(1)
+            ).first()
         return runs is not None or marks is not None
 
     # -- lock ------------------------------------------------------------------------------
@@ -400,6 +430,10 @@ class RunLease:
         self.store = store
         self.owner = owner
         self.lease_seconds = lease_seconds
+        #: One run at a time per account: the default account keeps the lock it always had.
+        self._name = (
+            LOCK_NAME if store.account == DEFAULT_ACCOUNT else f"{LOCK_NAME}/{store.account}"
+        )
         self._conn: Connection | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -423,7 +457,7 @@ class RunLease:
         if self.store._pg:
             conn = self.store.engine.connect()
             got = conn.execute(
-                text(f"SELECT pg_try_advisory_lock({_LOCK_KEY_SQL})"), {"lock_name": LOCK_NAME}
+                text(f"SELECT pg_try_advisory_lock({_LOCK_KEY_SQL})"), {"lock_name": self._name}
             ).scalar()
             conn.commit()
             if got:
@@ -436,9 +470,11 @@ class RunLease:
         with self.store.engine.begin() as conn:
             taken = conn.execute(
                 self.store._insert(K)
-                .values(name=LOCK_NAME, owner=self.owner, expires_at=expires)
+                .values(
+                    account=self.store.account, name=LOCK_NAME, owner=self.owner, expires_at=expires
+                )
                 .on_conflict_do_update(
-                    index_elements=["name"],
+                    index_elements=["account", "name"],
                     set_={"owner": self.owner, "expires_at": expires},
                     where=K.c.expires_at < now,
                 )
@@ -457,7 +493,11 @@ class RunLease:
                 with self.store.engine.begin() as conn:
                     conn.execute(
                         update(K)
-                        .where(K.c.name == LOCK_NAME, K.c.owner == self.owner)
+                        .where(
+                            K.c.account == self.store.account,
+                            K.c.name == LOCK_NAME,
+                            K.c.owner == self.owner,
+                        )
                         .values(expires_at=expires)
                     )
             except Exception:  # noqa: BLE001 - retry at the next beat
@@ -467,7 +507,7 @@ class RunLease:
         if self._conn is not None:
             try:
                 self._conn.execute(
-                    text(f"SELECT pg_advisory_unlock({_LOCK_KEY_SQL})"), {"lock_name": LOCK_NAME}
+                    text(f"SELECT pg_advisory_unlock({_LOCK_KEY_SQL})"), {"lock_name": self._name}
                 )
                 self._conn.commit()
             finally:
@@ -478,7 +518,13 @@ class RunLease:
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
         with self.store.engine.begin() as conn:
-            conn.execute(delete(K).where(K.c.name == LOCK_NAME, K.c.owner == self.owner))
+            conn.execute(
+                delete(K).where(
+                    K.c.account == self.store.account,
+                    K.c.name == LOCK_NAME,
+                    K.c.owner == self.owner,
+                )
+            )
 
     def __enter__(self) -> RunLease:
         self.acquire()
@@ -509,13 +555,15 @@ def adoption_state(inbox: Store, store: ReconcileStore) -> AdoptionState | None:
     adoption has begun and not finished; ``legacy``: reconcile ran here before adoption
     existed (its watermarks are its own history); ``None``: none of these.
     """
-    mode = inbox.operations.cutover_mode()
+    mode = inbox.operations.cutover_mode(account=store.account)
     if mode == "new_account":
         return "new_account"
     if mode == "adopted":
         with store.reader.connect() as conn:
             unfinished = conn.execute(
-                select(_ADOPTION.c.kind).where(_ADOPTION.c.finished_at.is_(None)).limit(1)
+                select(_ADOPTION.c.kind)
+                .where(_ADOPTION.c.account == store.account, _ADOPTION.c.finished_at.is_(None))
+                .limit(1)
             ).first()
         return "adopting" if unfinished is not None else "adopted"
     return "legacy" if store.has_history() else None

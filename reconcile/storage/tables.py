@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, Text
+from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Text, text
 from sqlmodel import Field, SQLModel
+
+from receiver.core.accounts import DEFAULT_ACCOUNT
 
 metadata = MetaData(
     naming_convention={
@@ -27,6 +29,13 @@ class Watermark(Base, table=True):
 
     __tablename__ = "hookledger_recon_watermark"
 
+    #: The processor account (:mod:`receiver.core.accounts`).
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(
+            String(64), primary_key=True, nullable=False, server_default=text("'default'")
+        ),
+    )
     kind: str = Field(primary_key=True, max_length=32)
     high_water: datetime
     updated_at: datetime
@@ -36,9 +45,15 @@ class ReconcileRun(Base, table=True):
     """One run and its report (JSON)."""
 
     __tablename__ = "hookledger_recon_run"
+    __table_args__ = (Index("ix_hookledger_recon_run_account_id", "account", "id"),)
 
     id: int | None = Field(
         default=None, sa_column=Column(_BIGINT_PK, primary_key=True, autoincrement=True)
+    )
+    #: The processor account the run reconciled (:mod:`receiver.core.accounts`).
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(String(64), nullable=False, server_default=text("'default'")),
     )
     mode: str = Field(max_length=16)
     owner: str = Field(max_length=128)
@@ -53,6 +68,13 @@ class RunLock(Base, table=True):
 
     __tablename__ = "hookledger_recon_lock"
 
+    #: The processor account (:mod:`receiver.core.accounts`).
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(
+            String(64), primary_key=True, nullable=False, server_default=text("'default'")
+        ),
+    )
     name: str = Field(primary_key=True, max_length=64)
     owner: str = Field(max_length=128)
     expires_at: datetime
@@ -90,9 +112,21 @@ class FollowedObject(Base, table=True):
 
     __tablename__ = "hookledger_recon_object"
     __table_args__ = (
-        Index("ix_hookledger_recon_object_kind_next_check_at", "kind", "next_check_at"),
+        Index(
+            "ix_hookledger_recon_object_account_kind_next_check_at",
+            "account",
+            "kind",
+            "next_check_at",
+        ),
     )
 
+    #: The processor account (:mod:`receiver.core.accounts`).
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(
+            String(64), primary_key=True, nullable=False, server_default=text("'default'")
+        ),
+    )
     kind: str = Field(primary_key=True, max_length=32)
     object_id: str = Field(primary_key=True, max_length=255)
     #: The object's creation time at the processor, when it shows one.
@@ -115,6 +149,13 @@ class Adoption(Base, table=True):
 
     __tablename__ = "hookledger_recon_adoption"
 
+    #: The processor account (:mod:`receiver.core.accounts`).
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(
+            String(64), primary_key=True, nullable=False, server_default=text("'default'")
+        ),
+    )
     kind: str = Field(primary_key=True, max_length=32)
     cutover_at: datetime
     started_at: datetime

@@ -104,11 +104,20 @@ class Statements(ABC):
 
     # -- queue ----------------------------------------------------------------------------
 
+    #: The statement of :meth:`accounts_open` (``:after``, ``:limit``).
+    accounts_open_sql: ClassVar[Any]
+
     @abstractmethod
-    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
-        """The query of up to ``scan`` due events (``due``, at ``now``): ``id, object_key``
-        by ``next_attempt_at, id``, read through the index over open events in that order
-        (it stops after ``scan`` rows, whatever the backlog)."""
+    def due_candidates(self, due: Any, now: datetime, scan: int, account: str) -> Any:
+        """The query of up to ``scan`` due events of ``account`` (``due``, at ``now``):
+        ``id, object_key`` by ``next_attempt_at, id``, read through the index over open
+        events in that order (it stops after ``scan`` rows, whatever the backlog)."""
+
+    def accounts_open(self, conn: Connection, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` accounts with open events, in order, after ``after``: a skip
+        scan of the index over open events (one probe per account, whatever the backlog)."""
+        rows = conn.execute(self.accounts_open_sql, {"after": after, "limit": limit})
+        return [row[0] for row in rows]
 
     @property
     @abstractmethod
@@ -139,15 +148,15 @@ class Statements(ABC):
 
     @abstractmethod
     def transition_owners(
-        self, conn: Connection, keys: Collection[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], int]:
-        """The owning event of each of the transitions ``keys`` (kind, id, state) that
-        exists."""
+        self, conn: Connection, keys: Collection[tuple[str, str, str, str]]
+    ) -> dict[tuple[str, str, str, str], int]:
+        """The owning event of each of the transitions ``keys`` (account, kind, id, state)
+        that exists."""
 
     @abstractmethod
-    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
-        """The projections of ``objects`` (kind, id) that exist: rows of ``object_kind,
-        object_id, status, stage, event_time, event_pk``."""
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str, str]]) -> list[Any]:
+        """The projections of ``objects`` (account, kind, id) that exist: rows of
+        ``account, object_kind, object_id, status, stage, event_time, event_pk``."""
 
     @abstractmethod
     def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:

@@ -25,7 +25,7 @@ from receiver.storage.sql.tables import EVENT, EVENT_COLUMNS, OPEN_SQL, OUTCOME_
 INSERT_EVENTS = text(
     f"INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) SELECT * FROM unnest("
     + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in EVENT_COLUMNS.items())
-    + ") ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+    + ") ON CONFLICT (account, event_id) DO NOTHING RETURNING event_id"
 )
 
 #: A batch of webhook deliveries (distinct event ids) in one statement, one round trip: the
@@ -40,10 +40,11 @@ INSERT_DELIVERIES = (
     + f") AS v({', '.join(EVENT_COLUMNS)})), "
     f"ins AS (INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) "
     f"SELECT {', '.join(EVENT_COLUMNS)} FROM v "
-    "ON CONFLICT (event_id) DO NOTHING RETURNING id, event_id) "
+    "ON CONFLICT (account, event_id) DO NOTHING RETURNING id, account, event_id) "
     "SELECT v.event_id, ins.id, e.id, e.body_sha256, e.key_id FROM v "
-    "LEFT JOIN ins ON ins.event_id = v.event_id "
-    "LEFT JOIN hookledger_event AS e ON ins.id IS NULL AND e.event_id = v.event_id"
+    "LEFT JOIN ins ON ins.account = v.account AND ins.event_id = v.event_id "
+    "LEFT JOIN hookledger_event AS e ON ins.id IS NULL AND e.account = v.account "
+    "AND e.event_id = v.event_id"
 )
 
 #: One delivery: the same in one statement with scalar parameters (an array per column costs
@@ -51,10 +52,10 @@ INSERT_DELIVERIES = (
 INSERT_DELIVERY = (
     f"WITH ins AS (INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) VALUES ("
     + ", ".join(f"%({name})s" for name in EVENT_COLUMNS)
-    + ") ON CONFLICT (event_id) DO NOTHING RETURNING id) "
+    + ") ON CONFLICT (account, event_id) DO NOTHING RETURNING id) "
     "SELECT %(event_id)s, id, NULL, NULL, NULL FROM ins UNION ALL "
     "SELECT event_id, NULL, id, body_sha256, key_id FROM hookledger_event "
-    "WHERE event_id = %(event_id)s AND NOT EXISTS (SELECT 1 FROM ins)"
+    "WHERE account = %(account)s AND event_id = %(event_id)s AND NOT EXISTS (SELECT 1 FROM ins)"
 )
 
 #: A probe of the object index per key (``LATERAL ... LIMIT 1``): the planner would
@@ -78,22 +79,40 @@ TAKE_LEASES = text(
     "RETURNING object_key"
 )
 
+#: Accounts with open events after ``:after``: a skip scan of the open-events index, one
+#: probe per account (see :meth:`receiver.storage.sql.base.Statements.accounts_open`).
+ACCOUNTS_OPEN = text(
+    "WITH RECURSIVE a(account, n) AS ("
+    " SELECT (SELECT account FROM hookledger_event"
+    " WHERE status IN ('pending', 'processing') AND account > :after"
+    " ORDER BY account LIMIT 1), 1"
+    " UNION ALL"
+    " SELECT (SELECT e.account FROM hookledger_event AS e"
+    " WHERE e.status IN ('pending', 'processing') AND e.account > a.account"
+    " ORDER BY e.account LIMIT 1), a.n + 1"
+    " FROM a WHERE a.account IS NOT NULL AND a.n < :limit"
+    ") SELECT account FROM a WHERE account IS NOT NULL"
+)
+
 #: The guard's reads: one probe of a unique index per key (``LATERAL ... LIMIT 1`` keeps the
 #: planner from joining, or matching each column against a set of values, which reads the
 #: whole table once it judges the set large, or the table small: a worker's connection
 #: keeps the generic plan it made while the ledger was small, and reuses it for good).
 TRANSITION_OWNERS = text(
-    "SELECT k.kind, k.id, k.state, t.event_pk FROM unnest(CAST(:kinds AS text[]),"
-    " CAST(:ids AS text[]), CAST(:states AS text[])) AS k(kind, id, state)"
+    "SELECT k.account, k.kind, k.id, k.state, t.event_pk FROM unnest("
+    "CAST(:accounts AS text[]), CAST(:kinds AS text[]), CAST(:ids AS text[]),"
+    " CAST(:states AS text[])) AS k(account, kind, id, state)"
     " CROSS JOIN LATERAL (SELECT t.event_pk FROM hookledger_transition AS t"
-    " WHERE t.object_kind = k.kind AND t.object_id = k.id AND t.state = k.state LIMIT 1) AS t"
+    " WHERE t.account = k.account AND t.object_kind = k.kind AND t.object_id = k.id"
+    " AND t.state = k.state LIMIT 1) AS t"
 )
 PROJECTIONS = text(
-    "SELECT k.kind, k.id, p.status, p.stage, p.event_time, p.event_pk"
-    " FROM unnest(CAST(:kinds AS text[]), CAST(:ids AS text[])) AS k(kind, id)"
+    "SELECT k.account, k.kind, k.id, p.status, p.stage, p.event_time, p.event_pk"
+    " FROM unnest(CAST(:accounts AS text[]), CAST(:kinds AS text[]), CAST(:ids AS text[]))"
+    " AS k(account, kind, id)"
     " CROSS JOIN LATERAL (SELECT p.status, p.stage, p.event_time, p.event_pk"
-    " FROM hookledger_projection AS p WHERE p.object_kind = k.kind AND p.object_id = k.id"
-    " LIMIT 1) AS p"
+    " FROM hookledger_projection AS p WHERE p.account = k.account AND p.object_kind = k.kind"
+    " AND p.object_id = k.id LIMIT 1) AS p"
 )
 #: ``OFFSET 0``: an event has several ledger rows; the subquery stays a probe per event.
 SUCCEEDED_HANDLERS = text(
@@ -136,21 +155,24 @@ WRITE_OUTCOMES = text(
     "), ok AS ("
     " SELECT (SELECT count(*) FROM held) = :n AND (SELECT count(*) FROM closed) = :n AS ok"
     "), t AS ("
-    " INSERT INTO hookledger_transition (object_kind, object_id, state, event_pk, created_at)"
-    " SELECT * FROM unnest(CAST(:t_object_kind AS text[]), CAST(:t_object_id AS text[]),"
+    " INSERT INTO hookledger_transition (account, object_kind, object_id, state, event_pk,"
+    " created_at)"
+    " SELECT * FROM unnest(CAST(:t_account AS text[]), CAST(:t_object_kind AS text[]),"
+    " CAST(:t_object_id AS text[]),"
     " CAST(:t_state AS text[]), CAST(:t_event_pk AS bigint[]),"
     " CAST(:t_created_at AS timestamptz[]))"
     " WHERE (SELECT ok FROM ok)"
     " ON CONFLICT DO NOTHING"
     "), p AS ("
-    " INSERT INTO hookledger_projection (object_kind, object_id, status, stage, event_time,"
-    " object_created_at, event_pk, updated_at)"
-    " SELECT * FROM unnest(CAST(:p_object_kind AS text[]), CAST(:p_object_id AS text[]),"
+    " INSERT INTO hookledger_projection (account, object_kind, object_id, status, stage,"
+    " event_time, object_created_at, event_pk, updated_at)"
+    " SELECT * FROM unnest(CAST(:p_account AS text[]), CAST(:p_object_kind AS text[]),"
+    " CAST(:p_object_id AS text[]),"
     " CAST(:p_status AS text[]), CAST(:p_stage AS text[]), CAST(:p_event_time AS timestamptz[]),"
     " CAST(:p_object_created_at AS timestamptz[]), CAST(:p_event_pk AS bigint[]),"
     " CAST(:p_updated_at AS timestamptz[]))"
     " WHERE (SELECT ok FROM ok)"
-    " ON CONFLICT (object_kind, object_id) DO UPDATE SET status = EXCLUDED.status,"
+    " ON CONFLICT (account, object_kind, object_id) DO UPDATE SET status = EXCLUDED.status,"
     " stage = EXCLUDED.stage, event_time = EXCLUDED.event_time,"
     " object_created_at = COALESCE(EXCLUDED.object_created_at,"
     " hookledger_projection.object_created_at), event_pk = EXCLUDED.event_pk,"
@@ -196,11 +218,12 @@ class PostgreSQLStatements(Statements):
     name: ClassVar[str] = "postgresql"
     single_writer: ClassVar[bool] = False
     one_statement_batches: ClassVar[bool] = True
+    accounts_open_sql: ClassVar[Any] = ACCOUNTS_OPEN
 
     def __init__(self) -> None:
         self._insert_event = (
             postgresql.insert(EVENT)
-            .on_conflict_do_nothing(index_elements=["event_id"])
+            .on_conflict_do_nothing(index_elements=["account", "event_id"])
             .returning(EVENT.c.id)
         )
 
@@ -253,10 +276,10 @@ class PostgreSQLStatements(Statements):
 
     # -- queue ----------------------------------------------------------------------------
 
-    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
+    def due_candidates(self, due: Any, now: datetime, scan: int, account: str) -> Any:
         return self.skip_locked(
             select(EVENT.c.id, EVENT.c.object_key)
-            .where(due)
+            .where(EVENT.c.account == account, due)
             .order_by(EVENT.c.next_attempt_at, EVENT.c.id)
             .limit(scan)
         )
@@ -283,19 +306,21 @@ class PostgreSQLStatements(Statements):
     # -- dispatch -------------------------------------------------------------------------
 
     def transition_owners(
-        self, conn: Connection, keys: Collection[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], int]:
+        self, conn: Connection, keys: Collection[tuple[str, str, str, str]]
+    ) -> dict[tuple[str, str, str, str], int]:
         if not keys:
             return {}
-        kinds, ids, states = (list(column) for column in zip(*keys, strict=True))
-        params = {"kinds": kinds, "ids": ids, "states": states}
-        return {(r[0], r[1], r[2]): int(r[3]) for r in conn.execute(TRANSITION_OWNERS, params)}
+        accounts, kinds, ids, states = (list(column) for column in zip(*keys, strict=True))
+        params = {"accounts": accounts, "kinds": kinds, "ids": ids, "states": states}
+        return {
+            (r[0], r[1], r[2], r[3]): int(r[4]) for r in conn.execute(TRANSITION_OWNERS, params)
+        }
 
-    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str, str]]) -> list[Any]:
         if not objects:
             return []
-        kinds, ids = (list(column) for column in zip(*objects, strict=True))
-        return list(conn.execute(PROJECTIONS, {"kinds": kinds, "ids": ids}))
+        accounts, kinds, ids = (list(column) for column in zip(*objects, strict=True))
+        return list(conn.execute(PROJECTIONS, {"accounts": accounts, "kinds": kinds, "ids": ids}))
 
     def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:
         done: dict[int, set[str]] = {}

@@ -68,7 +68,7 @@ CLOSE_EVENT = (
 def _upsert_projection() -> Any:
     stmt = sqlite.insert(PROJECTION)
     return stmt.on_conflict_do_update(
-        index_elements=["object_kind", "object_id"],
+        index_elements=["account", "object_kind", "object_id"],
         # Every column but the key.
         set_={
             name: (
@@ -76,7 +76,7 @@ def _upsert_projection() -> Any:
                 if name == "object_created_at"
                 else stmt.excluded[name]
             )
-            for name in OUTCOME_COLUMNS["p"][2:]
+            for name in OUTCOME_COLUMNS["p"][3:]
         },
     )
 
@@ -98,10 +98,26 @@ def _upsert_ledger() -> Any:
 #: (status, next_attempt_at) index and sort them all, at each claim: a cost of the backlog.
 DUE_CANDIDATES = sql_text(
     "SELECT id, object_key FROM hookledger_event INDEXED BY ix_hookledger_event_open_due"
-    " WHERE status IN ('pending', 'processing') AND next_attempt_at <= :now"
+    " WHERE status IN ('pending', 'processing') AND account = :account"
+    " AND next_attempt_at <= :now"
     " AND (lease_expires_at IS NULL OR lease_expires_at < :now)"
     " ORDER BY next_attempt_at, id LIMIT :scan"
 ).bindparams(bindparam("now", type_=EVENT.c.next_attempt_at.type))
+
+#: Accounts with open events after ``:after``: a skip scan of the open-events index, one
+#: probe per account (see :meth:`receiver.storage.sql.base.Statements.accounts_open`).
+ACCOUNTS_OPEN = sql_text(
+    "WITH RECURSIVE a(account, n) AS ("
+    " SELECT (SELECT account FROM hookledger_event INDEXED BY ix_hookledger_event_open_due"
+    " WHERE status IN ('pending', 'processing') AND account > :after"
+    " ORDER BY account LIMIT 1), 1"
+    " UNION ALL"
+    " SELECT (SELECT e.account FROM hookledger_event AS e INDEXED BY ix_hookledger_event_open_due"
+    " WHERE e.status IN ('pending', 'processing') AND e.account > a.account"
+    " ORDER BY e.account LIMIT 1), a.n + 1"
+    " FROM a WHERE a.account IS NOT NULL AND a.n < :limit"
+    ") SELECT account FROM a WHERE account IS NOT NULL"
+)
 
 #: ``+status``: SQLite then uses no index for this term, so it seeks the object index for
 #: the keys; with a plain ``status IN`` it would rather read every open event (the backlog)
@@ -122,12 +138,13 @@ def waiting_sql(count: int) -> str:
 class SQLiteStatements(Statements):
     name: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
+    accounts_open_sql: ClassVar[Any] = ACCOUNTS_OPEN
 
     def __init__(self) -> None:
         # SQLite reports the new row's id as ``lastrowid`` (no RETURNING round through the
         # cursor).
         self._insert_event = sqlite.insert(EVENT).on_conflict_do_nothing(
-            index_elements=["event_id"]
+            index_elements=["account", "event_id"]
         )
         self._upsert_projection = _upsert_projection()
         self._upsert_ledger = _upsert_ledger()
@@ -151,7 +168,7 @@ class SQLiteStatements(Statements):
     def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
         stmt = (
             sqlite.insert(EVENT)
-            .on_conflict_do_nothing(index_elements=["event_id"])
+            .on_conflict_do_nothing(index_elements=["account", "event_id"])
             .returning(EVENT.c.event_id)
         )
         return {r[0] for r in conn.execute(stmt, list(rows))}
@@ -164,8 +181,8 @@ class SQLiteStatements(Statements):
 
     # -- queue ----------------------------------------------------------------------------
 
-    def due_candidates(self, due: Any, now: datetime, scan: int) -> Any:
-        return DUE_CANDIDATES.bindparams(now=now, scan=scan)
+    def due_candidates(self, due: Any, now: datetime, scan: int, account: str) -> Any:
+        return DUE_CANDIDATES.bindparams(now=now, scan=scan, account=account)
 
     @property
     def open_of_objects(self) -> Any:
@@ -197,29 +214,34 @@ class SQLiteStatements(Statements):
     # index for each combination); the rows are then narrowed to the exact tuples here.
 
     def transition_owners(
-        self, conn: Connection, keys: Collection[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], int]:
+        self, conn: Connection, keys: Collection[tuple[str, str, str, str]]
+    ) -> dict[tuple[str, str, str, str], int]:
         if not keys:
             return {}
         rows = conn.execute(
             select(
+                TRANSITION.c.account,
                 TRANSITION.c.object_kind,
                 TRANSITION.c.object_id,
                 TRANSITION.c.state,
                 TRANSITION.c.event_pk,
             ).where(
-                self.among(TRANSITION.c.object_kind, {k for k, _, _ in keys}),
-                self.among(TRANSITION.c.object_id, {i for _, i, _ in keys}),
-                self.among(TRANSITION.c.state, {t for _, _, t in keys}),
+                self.among(TRANSITION.c.account, {a for a, _, _, _ in keys}),
+                self.among(TRANSITION.c.object_kind, {k for _, k, _, _ in keys}),
+                self.among(TRANSITION.c.object_id, {i for _, _, i, _ in keys}),
+                self.among(TRANSITION.c.state, {t for _, _, _, t in keys}),
             )
         )
-        return {(r[0], r[1], r[2]): int(r[3]) for r in rows if (r[0], r[1], r[2]) in keys}
+        return {
+            (r[0], r[1], r[2], r[3]): int(r[4]) for r in rows if (r[0], r[1], r[2], r[3]) in keys
+        }
 
-    def projections(self, conn: Connection, objects: Collection[tuple[str, str]]) -> list[Any]:
+    def projections(self, conn: Connection, objects: Collection[tuple[str, str, str]]) -> list[Any]:
         if not objects:
             return []
         rows = conn.execute(
             select(
+                PROJECTION.c.account,
                 PROJECTION.c.object_kind,
                 PROJECTION.c.object_id,
                 PROJECTION.c.status,
@@ -227,11 +249,12 @@ class SQLiteStatements(Statements):
                 PROJECTION.c.event_time,
                 PROJECTION.c.event_pk,
             ).where(
-                self.among(PROJECTION.c.object_kind, {k for k, _ in objects}),
-                self.among(PROJECTION.c.object_id, {i for _, i in objects}),
+                self.among(PROJECTION.c.account, {a for a, _, _ in objects}),
+                self.among(PROJECTION.c.object_kind, {k for _, k, _ in objects}),
+                self.among(PROJECTION.c.object_id, {i for _, _, i in objects}),
             )
         )
-        return [r for r in rows if (r[0], r[1]) in objects]
+        return [r for r in rows if (r[0], r[1], r[2]) in objects]
 
     def succeeded_handlers(self, conn: Connection, event_pks: Sequence[int]) -> dict[int, set[str]]:
         done: dict[int, set[str]] = {}

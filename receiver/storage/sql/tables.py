@@ -28,6 +28,7 @@ OPEN_SQL = text("hookledger_event.status IN ('pending', 'processing')")
 #: The inbox columns a new event is inserted with (see :func:`receiver.storage.inbox.event_row`),
 #: with their PostgreSQL array types: the reconciler's events are inserted as one array per column.
 EVENT_COLUMNS = {
+    "account": "varchar",
     "event_id": "varchar",
     "source": "varchar",
     "merchant_id": "varchar",
@@ -55,8 +56,9 @@ EVENT_COLUMNS = {
 #: The rows a dispatched batch writes (see :class:`receiver.storage.sql.base.Outcomes`): transitions
 #: (``t``), projections (``p``), ledger (``l``) and the claimed events' final states (``b``).
 OUTCOME_COLUMNS = {
-    "t": ("object_kind", "object_id", "state", "event_pk", "created_at"),
+    "t": ("account", "object_kind", "object_id", "state", "event_pk", "created_at"),
     "p": (
+        "account",
         "object_kind",
         "object_id",
         "status",

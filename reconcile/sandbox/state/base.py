@@ -180,6 +180,10 @@ class SandboxBase:
         """Constant-time comparison of an ``api-key`` header with the merchant key."""
         return _same(given, self._api_key)
 
+    def shares_api_key_with(self, other: SandboxBase) -> bool:
+        """Whether ``other`` has the same merchant API key (keys must tell merchants apart)."""
+        return other.check_api_key(self._api_key)
+
     def check_admin_key(self, given: str | None) -> bool:
         """Constant-time comparison with the admin key (always False when there is none)."""
         return self._admin_api_key is not None and _same(given, self._admin_api_key)

@@ -30,6 +30,8 @@ REASONS = {
     "HL_04": "malformed",
     "HL_05": "schema_not_ready",
     "HL_06": "too_old",
+    "HL_07": "account_unknown",
+    "HL_08": "account_mismatch",
     "HL_13": "too_large",
 }
 
@@ -136,4 +138,6 @@ def test_every_rejection_path_is_counted_under_its_code(
         "schema_not_ready": 0,
         "too_old": 1,
         "too_large": 1,
+        "account_unknown": 0,
+        "account_mismatch": 0,
     }

@@ -143,3 +143,70 @@ def test_two_reconcilers_started_together_one_runs(database_url: str) -> None:
                     stream.close()
     assert [code for code, _ in outcomes] == [0, 3], outcomes
     assert "another reconcile run is in progress" in outcomes[1][1]
+
+
+def test_every_account_reconciles_in_turn_and_one_failing_stops_no_other(
+    database_url: str,
+) -> None:
+    """``reconcile --account`` and ``run --all-accounts``: two processor accounts (two
+    sandboxes), each adopted and reconciled with its own key; a third whose processor is
+    down fails alone, and the exit code and summary say which."""
+    with (
+        SandboxServer("snd_eu_key_0001", merchant_id="merchant_eu") as eu,
+        SandboxServer("snd_us_key_0001", merchant_id="merchant_us") as us,
+    ):
+        eu.sandbox.seed_payments(5, eu.sandbox.now())
+        us.sandbox.seed_payments(7, us.sandbox.now())
+        accounts = {
+            "eu": {
+                "merchant_id": "merchant_eu",
+                "secrets": "k:a",
+                "api_key": "snd_eu_key_0001",
+                "base_url": eu.base_url,
+            },
+            "us": {
+                "merchant_id": "merchant_us",
+                "secrets": "k:b",
+                "api_key": "snd_us_key_0001",
+                "base_url": us.base_url,
+            },
+        }
+        env = {"HOOKLEDGER_ACCOUNTS": json.dumps(accounts), "HOOKLEDGER_API_KEY": ""}
+        assert _run(database_url, None, "db", "upgrade", env=env).returncode == 0
+        for account in accounts:
+            adopt = _run(
+                database_url, None, "--account", account, "adopt", "--new-account", env=env
+            )
+            assert adopt.returncode == 0, adopt.stderr
+        unknown = _run(database_url, None, "--account", "asia", "run", env=env)
+        assert unknown.returncode == 2 and "unknown account 'asia'" in unknown.stderr
+        both = _run(
+            database_url, None, "run", "--all-accounts", "--json", "--kind", "payments", env=env
+        )
+        assert both.returncode == 0, both.stderr
+        reports = json.loads(both.stdout)
+        assert reports["not_ok"] == []
+        recovered = {a: r["kinds"]["payments"]["recovered"] for a, r in reports["accounts"].items()}
+        assert recovered == {
+            "eu": {"payment_succeeded": 5},
+            "us": {"payment_succeeded": 7},
+        }
+        only_us = _run(database_url, None, "--account", "us", "report", "--json", env=env)
+        assert json.loads(only_us.stdout)[0]["kinds"]["payments"]["recovered"] == {
+            "payment_succeeded": 7
+        }
+        accounts["down"] = {
+            "merchant_id": "m_down",
+            "secrets": "k:c",
+            "api_key": "snd_down_key_01",
+            "base_url": "http://127.0.0.1:9",
+        }
+        env["HOOKLEDGER_ACCOUNTS"] = json.dumps(accounts)
+        adopt = _run(database_url, None, "--account", "down", "adopt", "--new-account", env=env)
+        eu.sandbox.seed_payments(2, eu.sandbox.now())
+        mixed = _run(database_url, None, "run", "--all-accounts", "--kind", "payments", env=env)
+        assert mixed.returncode == 4, mixed.stdout + mixed.stderr
+        assert "not ok: down" in mixed.stdout
+        assert "== account eu: exit 0" in mixed.stdout and "== account us: exit 0" in mixed.stdout
+        for key in ("snd_eu_key_0001", "snd_us_key_0001", "snd_down_key_01"):
+            assert key not in mixed.stdout + mixed.stderr + both.stdout + both.stderr
