@@ -32,7 +32,7 @@ from receiver.core.errors import (
     SignatureError,
     StorageUnavailable,
 )
-from receiver.core.events import parse_event
+from receiver.core.events import Event, parse_event
 from receiver.core.signature import SIGNATURE_HEADER, verify
 from receiver.storage.database import head_revision
 from receiver.web.state import ReceiverState, receiver_state
@@ -75,16 +75,19 @@ def _db_reason(exc: BaseException) -> str:
     return f"{type(original).__name__}: {text[0][:300] if text else ''}"
 
 
-def _account_of(state: ReceiverState, account_id: str | None, body: bytes) -> Account:
+def _account_of(
+    state: ReceiverState, account_id: str | None, body: bytes
+) -> tuple[Account, Event | None]:
     """The account a delivery is for: its URL's, the only one, or the one that owns the
-    body (:class:`AccountUnknown` if none does)."""
+    body (:class:`AccountUnknown` if none does); with the body's parsed event when reading
+    the body was needed to choose (so it is not parsed twice)."""
     if account_id is not None:
         found = state.accounts.get(account_id) if is_account_id(account_id) else None
         if found is None or not found.active:
             raise AccountUnknown(f"no account {account_id[:64]!r} receives webhooks here")
-        return found
+        return found, None
     if state.single is not None:
-        return state.single
+        return state.single, None
     event = parse_event(body)
     owner = state.accounts.for_body(event.merchant_id, event.profile_id)
     if owner is None:
@@ -92,7 +95,7 @@ def _account_of(state: ReceiverState, account_id: str | None, body: bytes) -> Ac
             "no single account owns this delivery's merchant_id and profile_id; "
             "post it to its account's URL"
         )
-    return owner
+    return owner, event
 
 
 def receive(account_id: str | None = None) -> tuple[Response, int]:
@@ -102,12 +105,12 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
     account: Account | None = None
     try:
         body = _read_body(state.settings.max_body_bytes)
-        account = _account_of(state, account_id, body)
+        account, parsed = _account_of(state, account_id, body)
         secret_id = verify(body, request.headers.get(SIGNATURE_HEADER), account.secrets)
         # A signed delivery, stored or not: the first one bounds the go-live deploy
         # (written once per process and account, before the delivery).
         state.store.operations.note_delivery(state.store.now(), account=account.id)
-        event = parse_event(body)
+        event = parsed if parsed is not None else parse_event(body)
         if account_id is not None and not account.owns(event.merchant_id, event.profile_id):
             raise AccountMismatch(
                 f"this delivery names another merchant or profile than account {account.id!r}"
