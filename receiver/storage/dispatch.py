@@ -13,6 +13,7 @@ import logging
 import random
 import traceback
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -92,11 +93,19 @@ class Dispatcher:
     def __repr__(self) -> str:
         return f"Dispatcher(dialect={self._sql.name!r})"
 
-    def dispatch(self, claimed: Claimed, handlers: Sequence[HandlerCall]) -> Outcome:
+    def dispatch(
+        self,
+        claimed: Claimed,
+        handlers: Sequence[HandlerCall],
+        *,
+        writing: AbstractContextManager[object] | None = None,
+    ) -> Outcome:
         """Process one claimed event (see :meth:`dispatch_many`)."""
-        return self.dispatch_many([Work(claimed=claimed, handlers=handlers)])[0]
+        return self.dispatch_many([Work(claimed=claimed, handlers=handlers)], writing=writing)[0]
 
-    def dispatch_many(self, works: Sequence[Work]) -> list[Outcome]:
+    def dispatch_many(
+        self, works: Sequence[Work], *, writing: AbstractContextManager[object] | None = None
+    ) -> list[Outcome]:
         """Process claimed events (of distinct objects) in ONE transaction.
 
         For each event the guard decides first (:func:`receiver.core.guard.decide`); then each
@@ -107,11 +116,17 @@ class Dispatcher:
         meanwhile (another worker took over after expiry), the transaction is rolled back
         and the events are retried one by one, so only the event whose lease was lost is
         dropped (it belongs to the other worker now).
+
+        ``writing`` is held from the outcomes' write to the commit: the lock the worker's
+        lease renewals take (:class:`receiver.worker.runner.Worker`). The write locks the
+        events' rows, then their object leases; a renewal locks the leases, then the events.
+        Run at the same moment they deadlocked on PostgreSQL, and the database aborted one:
+        the batch, whose handlers then ran again, or the renewal, whose lease then expired.
         """
         if not works:
             return []
         try:
-            return self._dispatch_together(works)
+            return self._dispatch_together(works, writing or nullcontext())
         except _LeaseLost:
             if len(works) == 1:
                 log.warning(
@@ -123,15 +138,23 @@ class Dispatcher:
                     },
                 )
                 return [Outcome(status="lease_lost", ran=(), failures=())]
-            return [self.dispatch_many([work])[0] for work in works]
+            return [self.dispatch_many([work], writing=writing)[0] for work in works]
 
-    def finish(self, claimed: Claimed, *, status: str, error: str | None = None) -> str | None:
+    def finish(
+        self,
+        claimed: Claimed,
+        *,
+        status: str,
+        error: str | None = None,
+        writing: AbstractContextManager[object] | None = None,
+    ) -> str | None:
         """Close a claimed event outside :meth:`dispatch` (an unparseable body, for example);
-        returns the status written, or ``None`` when the lease was lost."""
+        returns the status written, or ``None`` when the lease was lost. ``writing``: as
+        for :meth:`dispatch_many`."""
         now = self.storage.now()
         final = self._final(claimed, status, error, now)
         try:
-            with self.storage.engine.begin() as conn:
+            with writing or nullcontext(), self.storage.engine.begin() as conn:
                 written = seal_outcomes(self.storage.keyring, Outcomes(finals=[final]))
                 if not self._sql.write_outcomes(conn, written, now):
                     raise _LeaseLost()
@@ -141,14 +164,19 @@ class Dispatcher:
 
     # -- one batch ------------------------------------------------------------------------
 
-    def _dispatch_together(self, works: Sequence[Work]) -> list[Outcome]:
+    def _dispatch_together(
+        self, works: Sequence[Work], writing: AbstractContextManager[object]
+    ) -> list[Outcome]:
         now = self.storage.now()
         outcomes: list[Outcome] = []
         transitions: list[dict[str, Any]] = []
         projections: list[dict[str, Any]] = []
         ledger: list[dict[str, Any]] = []
         finals: list[dict[str, Any]] = []
-        with Session(self.storage.engine) as session:
+        # ``writing`` is entered on the stack below the session's transaction: it is let go
+        # after the commit (or the rollback), not before.
+        with ExitStack() as stack:
+            session = stack.enter_context(Session(self.storage.engine))
             with session.begin():
                 conn = session.connection()
                 if not self._still_held(conn, works, now):
@@ -230,6 +258,7 @@ class Dispatcher:
                     finals=finals,
                 )
                 written = seal_outcomes(self.storage.keyring, written)  # error texts
+                stack.enter_context(writing)
                 if not self._sql.write_outcomes(conn, written, self.storage.now()):
                     raise _LeaseLost()  # rolls back the handlers' writes too
         return outcomes

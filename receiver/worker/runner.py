@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -186,14 +186,16 @@ class Worker:
         timings: dict[int, _Timings] = {}
         try:
             works = [
-                work for claimed in batch if (work := self._work(claimed, timings)) is not None
+                work
+                for claimed in batch
+                if (work := self._work(claimed, timings, heartbeat.writing)) is not None
             ]
             if self.store.single_writer and self._writers is not None:
-                outcomes = self._dispatch_in_turns(works)
+                outcomes = self._dispatch_in_turns(works, heartbeat.writing)
             elif self.store.single_writer:
-                outcomes = self._dispatch_yielding(works)
+                outcomes = self._dispatch_yielding(works, heartbeat.writing)
             else:
-                outcomes = self.store.dispatcher.dispatch_many(works)
+                outcomes = self.store.dispatcher.dispatch_many(works, writing=heartbeat.writing)
         except SQLAlchemyError:
             # The database failed under the batch (a handler's own failure is recorded, not
             # raised): its events stay ours until given back (see _give_back_stranded).
@@ -215,7 +217,7 @@ class Worker:
         with self._writers.hold(self.store.busy_timeout):
             yield
 
-    def _dispatch_in_turns(self, works: list[Work]) -> list[Outcome]:
+    def _dispatch_in_turns(self, works: list[Work], writing: threading.Lock) -> list[Outcome]:
         """SQLite file: commit the batch in turns, each one transaction of as many events as
         fit in about :data:`SQLITE_TURN_SECONDS` (one event at first; twice as many after a
         quicker turn, half as many after one over twice that), each under the writers' lock the web
@@ -228,7 +230,7 @@ class Worker:
             turn = works[done : done + self._turn]
             started = time.monotonic()
             with self._writing():
-                outcomes.extend(self.store.dispatcher.dispatch_many(turn))
+                outcomes.extend(self.store.dispatcher.dispatch_many(turn, writing=writing))
             held = time.monotonic() - started
             done += len(turn)
             # A turn's time is mostly its commit (an fsync) until its handlers take longer.
@@ -244,7 +246,7 @@ class Worker:
                 self.stopping.wait(SQLITE_GAP_SECONDS)
         return outcomes
 
-    def _dispatch_yielding(self, works: list[Work]) -> list[Outcome]:
+    def _dispatch_yielding(self, works: list[Work], writing: threading.Lock) -> list[Outcome]:
         """SQLite has one writer at a time, and a writer waiting for the lock (a webhook being
         stored) sleeps between attempts, up to 100 ms: a worker committing back to back would
         starve it into a 503. So on SQLite each event gets its own transaction, and the
@@ -254,18 +256,19 @@ class Worker:
         outcomes: list[Outcome] = []
         for work in works:
             started = time.monotonic()
-            outcomes.extend(self.store.dispatcher.dispatch_many([work]))
+            outcomes.extend(self.store.dispatcher.dispatch_many([work], writing=writing))
             held = time.monotonic() - started
             self.stopping.wait(SQLITE_LONG_PAUSE if held >= 0.05 else max(0.002, held))
         return outcomes
 
-    def process(self, claimed: Claimed) -> str:
-        """Guard ``claimed`` and run its pending handlers; return the status written."""
+    def process(self, claimed: Claimed, *, writing: threading.Lock | None = None) -> str:
+        """Guard ``claimed`` and run its pending handlers; return the status written.
+        ``writing``: the lock the lease's renewals take (:class:`_Heartbeat`), if any."""
         timings: dict[int, _Timings] = {}
-        work = self._work(claimed, timings)
+        work = self._work(claimed, timings, writing)
         if work is None:  # closed without dispatch: dead, or failed and waiting for a retry
             return self.store.queue.status_of(claimed.pk) or EventStatus.DEAD
-        outcome = self.store.dispatcher.dispatch(work.claimed, work.handlers)
+        outcome = self.store.dispatcher.dispatch(work.claimed, work.handlers, writing=writing)
         self._report([work], [outcome], timings)
         return outcome.status
 
@@ -294,7 +297,7 @@ class Worker:
             heartbeat = _Heartbeat(self.store, [claimed], self.config.lease_seconds)
             heartbeat.start()
             try:
-                status = self.process(claimed)
+                status = self.process(claimed, writing=heartbeat.writing)
             finally:
                 heartbeat.stop()
             if claimed.pk == event_pk:
@@ -302,13 +305,17 @@ class Worker:
                 return None if status in _TAKEN_OVER else status
         return None
 
-    def _work(self, claimed: Claimed, timings: dict[int, _Timings]) -> Work | None:
+    def _work(
+        self, claimed: Claimed, timings: dict[int, _Timings], writing: threading.Lock | None
+    ) -> Work | None:
         try:
             event = parse_event(self.store.open_body(claimed.body, claimed.event_id))
             if claimed.account != event.account:
                 event = replace(event, account=claimed.account)
         except MalformedEvent as exc:  # stored by an older version, or edited by hand
-            if self.store.dispatcher.finish(claimed, status=EventStatus.DEAD, error=str(exc)):
+            if self.store.dispatcher.finish(
+                claimed, status=EventStatus.DEAD, error=str(exc), writing=writing
+            ):
                 log.error(
                     "event dead-lettered: its stored body cannot be parsed",
                     extra=_about(claimed, action="dead_letter"),
@@ -321,7 +328,9 @@ class Worker:
                 )
             return None
         except BodyRedacted as exc:  # never dispatch what retention emptied
-            if self.store.dispatcher.finish(claimed, status=EventStatus.DEAD, error=exc.message):
+            if self.store.dispatcher.finish(
+                claimed, status=EventStatus.DEAD, error=exc.message, writing=writing
+            ):
                 log.error(
                     "event dead-lettered: its body was redacted",
                     extra=_about(claimed, action="dead_letter"),
@@ -340,7 +349,7 @@ class Worker:
                 extra=_about(claimed, action="data_key_error"),
             )
             written = self.store.dispatcher.finish(
-                claimed, status="failed", error=f"body {exc.message}"
+                claimed, status="failed", error=f"body {exc.message}", writing=writing
             )
             if written == EventStatus.DEAD:
                 signals.send(
@@ -510,13 +519,21 @@ class _Timings:
 
 
 class _Heartbeat:
-    """Renews the leases of a claimed batch every third of the lease while it is processed."""
+    """Renews the leases of a claimed batch every third of the lease while it is processed.
+
+    A renewal and the batch's outcome write never run at the same time: both take
+    :attr:`writing` (see :meth:`receiver.storage.dispatch.Dispatcher.dispatch_many`, where
+    the write holds it to its commit). They lock the same rows in opposite orders, and on
+    PostgreSQL they deadlocked. (On SQLite a renewal waits for the write lock the dispatch
+    holds to its commit, so it takes no lock of its own: waiting for each other there would
+    last until SQLite's busy timeout.)"""
 
     def __init__(self, store: Store, batch: list[Claimed], lease_seconds: float) -> None:
         self._store = store
         self._held = {c.pk: c for c in batch}
         self._lease = lease_seconds
         self._lock = threading.Lock()
+        self.writing = threading.Lock()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hookledger-heartbeat", daemon=True)
 
@@ -538,7 +555,8 @@ class _Heartbeat:
             if not held:
                 return
             try:
-                kept = self._store.queue.renew(held, self._lease)
+                with nullcontext() if self._store.single_writer else self.writing:
+                    kept = self._store.queue.renew(held, self._lease)
             except Exception as exc:  # noqa: BLE001 - keep trying; the lease may still hold
                 # Named, not traced: a database error's text carries the statement's
                 # parameters. On SQLite a renewal waits for (and may time out on) the write

@@ -10,6 +10,7 @@ rolled back, and the handler ran again, up to ``MAX_ATTEMPTS`` times; the inline
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -256,3 +257,59 @@ def test_lifecycles_with_handlers_slower_than_the_lease_at_random_dispatch_each_
         assert calls[(payment, "payment_processing")] <= 1, calls
         projection = store.operations.projection("payment", payment)
         assert projection is not None and projection.status == "succeeded"
+
+
+def test_a_lease_renewal_meeting_the_batch_outcome_write_waits_instead_of_deadlocking(
+    engine: sa.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression (CI, PostgreSQL): the outcome write locks the events' rows, then their
+    object leases; a renewal locks the leases, then the events. When the heartbeat was between
+    its two updates as the batch's write began, PostgreSQL found a deadlock and aborted one
+    of them: the batch (its handlers then ran again) or the renewal (its lease then
+    expired, with the same result). The interleaving is forced here: the renewal pauses
+    after locking the leases until the write has started (at most 1 s); with the fix the
+    write waits for the renewal instead, and the handler ran once."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("SQLite has one writer at a time: no row locks to take in two orders")
+    lease = 3.0  # renewed every second; outlasts the renewal's pause
+    paused = threading.Event()
+    writing = threading.Event()
+    runs: Counter[str] = Counter()
+
+    def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        thread = threading.current_thread().name
+        if statement.startswith("WITH closed AS"):
+            writing.set()
+            return
+        if (
+            thread == "hookledger-heartbeat"
+            and statement.startswith("UPDATE hookledger_event SET lease_expires_at")
+            and not paused.is_set()
+        ):
+            paused.set()  # the leases are locked by this transaction now
+            if writing.wait(1.0):
+                time.sleep(0.2)  # let the write lock the events and wait for the leases
+
+    registry = Registry()
+
+    @registry.on("payment_succeeded", name="ship")
+    def ship(event: Event) -> None:
+        runs[event.event_id] += 1
+        assert paused.wait(PATIENCE)  # finish while a renewal is half done
+
+    sa.event.listen(engine, "before_cursor_execute", hook)
+    try:
+        retry = RetryPolicy(max_attempts=3, base_seconds=0, max_seconds=0)
+        store = Store(engine, retry=retry)
+        worker = Worker(store, registry, WorkerConfig(lease_seconds=lease), name="renewing")
+        body = encode(build_event("payment_succeeded", object_id="pay_renewing"))
+        event = parse_event(body)
+        pk = store.inbox.insert(event, body).pk
+        with caplog.at_level(logging.WARNING):
+            worker.drain()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", hook)
+    assert paused.is_set() and writing.is_set()
+    assert "DeadlockDetected" not in caplog.text, caplog.text
+    assert runs == Counter({event.event_id: 1})
+    assert store.queue.status_of(pk) == "done"
