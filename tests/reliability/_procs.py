@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -83,6 +84,8 @@ class Proc:
     popen: subprocess.Popen[bytes]
     log: Path
     _file: IO[bytes]
+    #: A pattern the process prints once it handles SIGTERM gracefully (``None``: at once).
+    ready: str | None = None
 
     @property
     def pid(self) -> int:
@@ -155,10 +158,22 @@ class Procs:
 
     def worker(self, *args: str, name: str = "worker", **env: str) -> Proc:
         argv = [str(BIN / "hookledger"), "--app", f"{APP}:create_app", "worker", *args]
-        return self._start_env(name, argv, env)
+        proc = self._start_env(name, argv, env)
+        proc.ready = r"hookledger worker \S+ started"  # printed after its SIGTERM handler is set
+        return proc
 
     def stop(self, proc: Proc, *, timeout: float = 20) -> int:
-        """SIGTERM, then SIGKILL after ``timeout``; return the exit code."""
+        """SIGTERM, then SIGKILL after ``timeout``; return the exit code. A process still
+        starting up is given ``timeout`` to get ready first: a SIGTERM before the worker
+        installed its handler ends it by the signal (-15), which says nothing about its
+        graceful stop (a loaded machine once took that long to start a worker whose
+        peers had already drained the queue)."""
+        if (ready := proc.ready) is not None:
+            wait_until(
+                lambda: not proc.alive() or re.search(ready, proc.output()) is not None,
+                timeout=timeout,
+                message=f"{proc.name} to start",
+            )
         if proc.alive():
             proc.popen.send_signal(signal.SIGTERM)
         try:
