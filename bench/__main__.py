@@ -12,12 +12,14 @@ import traceback
 from pathlib import Path
 
 from bench import report
+from bench.accounts import FairnessConfig
 from bench.common import GunicornConfig, Section, environment_facts, log, temp_dir
 from bench.dispatch import DispatchConfig
 from bench.drain import DrainConfig
 from bench.endtoend import EndToEndConfig
 from bench.receive import ReceiveConfig
 from bench.reconcile import ReconcileConfig
+from bench.reconcile_accounts import AccountsConfig
 
 BENCHES = ("receive", "dispatch", "reconcile", "endtoend")
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -95,12 +97,17 @@ def configs(
             slice_events=1_000 if quick else 10_000,
             steady_seconds=5.0 if quick else 20.0,
         ),
+        accounts=100 if quick else 1000,
+        fairness=FairnessConfig(
+            flood=10_000 if quick else 100_000, quiet_seconds=5.0 if quick else 20.0
+        ),
     )
     reconcile = ReconcileConfig(
         sizes=(1_000, 3_000) if quick else (10_000, 100_000),
         rounds=rounds,
         tracemalloc=not quick,
         profile=profile,
+        accounts=AccountsConfig(sizes=(10, 100) if quick else (10, 100, 1000)),
     )
     return receive, dispatch, reconcile
 

@@ -27,7 +27,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench import profiling
+from bench import accounts, profiling
+from bench.accounts import FairnessConfig
 from bench.bodies import ChainEvent
 from bench.common import (
     BIN,
@@ -73,6 +74,10 @@ class DispatchConfig:
     profile_seconds: float = 6.0
     #: The history drains and the steady states (:mod:`bench.drain`); ``None``: skipped.
     drain: DrainConfig | None = DrainConfig()
+    #: The several-accounts drain (:mod:`bench.accounts`): how many accounts (0: skipped).
+    accounts: int = 1000
+    #: The fairness run (:mod:`bench.accounts`); ``None``: skipped.
+    fairness: FairnessConfig | None = FairnessConfig()
 
 
 # -- filling ----------------------------------------------------------------------------------
@@ -218,10 +223,14 @@ class _Dispatch:
         self.engine = db.engine()
 
     def hookledger(
-        self, events: list[ChainEvent], workers: int, spy: Path | None = None
+        self,
+        events: list[ChainEvent],
+        workers: int,
+        spy: Path | None = None,
+        accounts: list[str] | None = None,
     ) -> Drained:
         reset(self.engine)
-        fill_inbox(self.engine, events)
+        fill_inbox(self.engine, events, accounts=accounts)
         before = pg_commits(self.db)
         procs = []
         args = [str(BIN / "hookledger"), "--app", APP, "worker", "--poll-interval", "0.05"]
@@ -326,10 +335,22 @@ def run(cfg: DispatchConfig, workdir: Path) -> Section:
             for per_object, label in cases:
                 for workers in cfg.workers:
                     _case(cfg, bench, section, sizes, per_object, label, workers)
+            if cfg.accounts:
+                accounts.dispatch_rows(
+                    section,
+                    lambda n, sellers: (
+                        bench.hookledger(chain_events(n, 1), 1, accounts=sellers).rate
+                    ),
+                    events=_size(rate_h, cfg, 1),
+                    accounts=cfg.accounts,
+                    rounds=cfg.rounds,
+                )
             if cfg.drain is not None:
                 from bench import drain
 
                 drain.run(cfg.drain, section, workdir)
+            if cfg.fairness is not None:
+                accounts.fairness_rows(cfg.fairness, section, workdir)
             missed = [row for row in section.rows if not row.met]
             if cfg.profile or (cfg.profile is None and missed):
                 _profile(cfg, bench, section, rate_h)

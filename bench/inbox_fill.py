@@ -36,23 +36,39 @@ def _template_row(engine: sa.Engine) -> dict[str, Any]:
     return row
 
 
-def fill_inbox(engine: sa.Engine, events: list[ChainEvent], *, analyze: bool = True) -> None:
+def fill_inbox(
+    engine: sa.Engine,
+    events: list[ChainEvent],
+    *,
+    analyze: bool = True,
+    accounts: list[str] | None = None,
+) -> None:
     """Insert ``events`` as pending webhook deliveries in one transaction (bulk, fast); then
-    ``ANALYZE`` the inbox unless told not to (a fresh ledger has no statistics)."""
+    ``ANALYZE`` the inbox unless told not to (a fresh ledger has no statistics).
+    ``accounts``: the processor accounts the events' objects are dealt to in turn (every
+    event of one object in the same account); default: all in the default account."""
+    from receiver.core.accounts import DEFAULT_ACCOUNT, object_key
     from receiver.storage.tables import InboxEvent
 
     table: sa.Table = InboxEvent.__table__  # type: ignore[attr-defined]
     template = _template_row(engine)
     now = datetime.now(UTC)
     rows = []
+    dealt: dict[str, str] = {}
     for e in events:
+        account = (
+            dealt.setdefault(e.object_id, accounts[len(dealt) % len(accounts)])
+            if accounts
+            else DEFAULT_ACCOUNT
+        )
         row = dict(template)
         row.update(
+            account=account,
             event_id=e.event_id,
             event_type=e.event_type,
             object_id=e.object_id,
             object_status=e.status,
-            object_key=f"payment:{e.object_id}",
+            object_key=object_key(account, "payment", e.object_id),
             event_time=e.event_time,
             body=e.body,
             body_sha256=hashlib.sha256(e.body).hexdigest(),

@@ -36,7 +36,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench import profiling
+from bench import profiling, reconcile_accounts
 from bench.common import (
     ROOT,
     Database,
@@ -51,6 +51,7 @@ from bench.common import (
     pg_commits,
     run_json,
 )
+from bench.reconcile_accounts import AccountsConfig
 
 API_KEY = "snd_bench_0123456789"
 CREATED_FROM = datetime(2026, 1, 1, tzinfo=UTC)
@@ -73,6 +74,8 @@ class ReconcileConfig:
     limit_factor: float = 3.0  # stop a reconcile run at this many times the fetch-only time
     min_limit: float = 20.0
     budget: float = 150.0  # seconds per size and case: no new round past it (2 rounds at least)
+    #: Many accounts (:mod:`bench.reconcile_accounts`); ``None``: skipped.
+    accounts: AccountsConfig | None = AccountsConfig()
 
 
 # -- child: the sandbox -----------------------------------------------------------------------
@@ -352,6 +355,8 @@ def run(cfg: ReconcileConfig, workdir: Path) -> Section:
         finally:
             engine.dispose()
     _rows(cfg, section, results)
+    if cfg.accounts is not None:
+        reconcile_accounts.run(cfg.accounts, section, workdir)
     section.seconds = time.monotonic() - t0
     return section
 
