@@ -179,14 +179,18 @@ class AccountSource(Protocol):
 
 
 class StaticAccounts:
-    """A fixed set of accounts (from configuration)."""
+    """A fixed set of accounts (from configuration), indexed by id and by merchant id: a
+    delivery to the shared URL looks at the accounts of its merchant (and those that name
+    none), not at every account."""
 
     def __init__(self, accounts: Iterable[Account]) -> None:
         self._by_id: dict[str, Account] = {}
+        self._by_merchant: dict[str | None, list[Account]] = {}
         for account in accounts:
             if account.id in self._by_id:
                 raise ConfigurationError(f"account {account.id!r} is configured twice")
             self._by_id[account.id] = account
+            self._by_merchant.setdefault(account.merchant_id, []).append(account)
 
     def __repr__(self) -> str:
         return f"StaticAccounts({sorted(self._by_id)!r})"
@@ -201,7 +205,11 @@ class StaticAccounts:
         return self._by_id.get(account_id)
 
     def for_body(self, merchant_id: str | None, profile_id: str | None) -> Account | None:
-        return only_owner(self._by_id.values(), merchant_id, profile_id)
+        # An account owns only its own merchant's bodies, or any merchant's if it names none.
+        candidates = self._by_merchant.get(None, [])
+        if merchant_id is not None:
+            candidates = [*self._by_merchant.get(merchant_id, []), *candidates]
+        return only_owner(candidates, merchant_id, profile_id)
 
     def ids(self) -> list[str]:
         return list(self._by_id)
