@@ -75,6 +75,7 @@ def configs(
     rounds = args.rounds or (2 if quick else 3)
     backends = tuple(args.backend or ("sqlite", "postgresql"))
     receive = ReceiveConfig(
+        accounts=100 if quick else 1000,
         backends=backends,
         # Issue 9: at least 5 alternating rounds of at least 8 s (full mode).
         rounds=args.rounds or (2 if quick else 5),

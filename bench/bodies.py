@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from receiver.testing.factories import build_event, encode
+from receiver.testing.factories import DEFAULT_MERCHANT_ID, build_event, encode
 
 SECRET_ID = "primary"
 SECRET = "whsec_bench_0123456789abcdef"
@@ -33,7 +33,12 @@ def sign(body: bytes, secret: str = SECRET) -> str:
 class Template:
     """A body with placeholders for its event id and object id (and optionally its time)."""
 
-    def __init__(self, event_type: str = "payment_succeeded", at: datetime | None = None):
+    def __init__(
+        self,
+        event_type: str = "payment_succeeded",
+        at: datetime | None = None,
+        merchant_id: str | None = None,
+    ):
         self.event_type = event_type
         raw = encode(
             build_event(
@@ -41,6 +46,7 @@ class Template:
                 object_id=_OBJ,
                 event_id=_EVT,
                 timestamp=at or datetime(2026, 1, 1, tzinfo=UTC),
+                merchant_id=merchant_id or DEFAULT_MERCHANT_ID,
             )
         )
         if raw.count(_EVT.encode()) != 1:
@@ -70,12 +76,43 @@ def signed_bodies(n: int, template: Template | None = None) -> Iterator[tuple[st
         yield sign(body), body
 
 
-def write_pool(path: Path, n: int) -> Path:
-    """Write ``n`` signed bodies as ``<signature> <body>`` lines (bodies are one-line JSON)."""
+def write_pool(path: Path, n: int, *, accounts: int = 0) -> Path:
+    """Write ``n`` signed bodies as ``<signature> <body>`` lines (bodies are one-line JSON).
+    ``accounts``: the bodies are the sellers' of :func:`seller_accounts` in turn (each its
+    merchant id, signed with its secret); 0: the default account's."""
     with path.open("wb") as out:
-        for signature, body in signed_bodies(n):
-            out.write(signature.encode() + b" " + body + b"\n")
+        if not accounts:
+            for signature, body in signed_bodies(n):
+                out.write(signature.encode() + b" " + body + b"\n")
+            return path
+        sellers = [
+            (Template(merchant_id=seller_merchant(i)), seller_secret(i)) for i in range(accounts)
+        ]
+        for k in range(n):
+            template, secret = sellers[k % accounts]
+            body = template.body(new_event_id(), new_object_id())
+            out.write(sign(body, secret).encode() + b" " + body + b"\n")
     return path
+
+
+def seller_merchant(i: int) -> str:
+    return f"mer_seller{i:04d}"
+
+
+def seller_secret(i: int) -> str:
+    return f"whsec_seller{i:04d}_0123456789abcdef"
+
+
+def seller_accounts(n: int) -> dict[str, dict[str, object]]:
+    """``n`` sellers as ``HOOKLEDGER_ACCOUNTS`` would give them: ``seller0000``..., each its
+    merchant id and its own webhook secret."""
+    return {
+        f"seller{i:04d}": {
+            "merchant_id": seller_merchant(i),
+            "secrets": f"primary:{seller_secret(i)}",
+        }
+        for i in range(n)
+    }
 
 
 @dataclass(frozen=True, slots=True)

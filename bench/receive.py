@@ -53,7 +53,13 @@ APPS = {
     "hookledger": "bench.yardstick:create_hookledger_app()",
     "yardstick": "bench.yardstick:create_app()",
 }
+#: The same package with ``ReceiveConfig.accounts`` sellers on the shared URL (a pass of its
+#: own against ``hookledger``, see :func:`_accounts_pass`).
+ACCOUNTS_APP = ("accounts", "bench.yardstick:create_accounts_app()")
+#: The several-accounts receive may be this much slower than one account's (issue 19).
+ACCOUNTS_TOLERANCE = 0.10
 COUNT_SQL = {
+    "accounts": "SELECT count(*) FROM hookledger_event WHERE account <> 'default'",
     "hookledger": "SELECT count(*) FROM hookledger_event",
     "yardstick": f"SELECT count(*) FROM {YARDSTICK_TABLE}",
 }
@@ -101,6 +107,8 @@ class ReceiveConfig:
     ping_seconds: float = 3.0
     profile: bool | None = None  # None: only when a target is missed
     profile_seconds: float = 6.0
+    #: Sellers of the several-accounts pass (gthread, unique events); 0: no such pass.
+    accounts: int = 1000
 
 
 @dataclass
@@ -197,15 +205,16 @@ class _Bench:
             raise RuntimeError(f"{app}: {stored} rows stored from duplicate deliveries")
         return _result(out, stored)
 
-    def pool(self, seconds: float) -> Path:
+    def pool(self, seconds: float, *, accounts: int = 0) -> Path:
         self.pools += 1
         path = self.workdir / f"pool-{self.pools}.txt"
-        return write_pool(path, max(500, math.ceil(self.pool_rate * seconds * 1.5)))
+        n = max(500, math.ceil(self.pool_rate * seconds * 1.5))
+        return write_pool(path, n, accounts=accounts)
 
     def wrk(self, app: str, seconds: float) -> WrkResult:
         server = self.servers[app]
         for attempt in (1, 2):
-            pool = self.pool(seconds)
+            pool = self.pool(seconds, accounts=self.cfg.accounts if app == ACCOUNTS_APP[0] else 0)
             before = _count(self.engine, app)
             out = _wrk(server.base + "/webhooks/", pool, seconds, self.cfg.connections)
             stored = _count(self.engine, app) - before
@@ -285,6 +294,14 @@ def run(cfg: ReceiveConfig, workdir: Path) -> Section:
         f"{cfg.loadgen_procs} open-loop client processes x {cfg.loadgen_threads} connections "
         f"for {cfg.rate_duration:g} s per run, {cfg.rate_rounds} rounds."
     )
+    if cfg.accounts:
+        os.environ["HLBENCH_ACCOUNTS"] = str(cfg.accounts)  # read by create_accounts_app
+        section.details.append(
+            f"Several accounts: the same package serving {cfg.accounts:,} sellers besides the "
+            "default account (`bench.yardstick:create_accounts_app`), each delivery on the "
+            "shared URL routed by its merchant id and verified with its seller's secret; "
+            "rounds alternate with the one-account app (the yardstick column of that row)."
+        )
     for backend in cfg.backends:
         with database(backend, workdir, name=f"recv_{backend[:2]}") as db:
             migrate(db)
@@ -373,6 +390,8 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
         db.label, f"{gthread}, unique events", results, THROUGHPUT_TARGET_THREADS
     )
     details += _wrk_details(f"{gthread} unique", results)
+    if cfg.accounts:
+        details += _accounts_pass(cfg, bench, section)
     ys_rate = median([x.rate for x in results["yardstick"]])
     if cfg.duplicates:
         pool = write_pool(bench.workdir / "duplicates.txt", cfg.duplicate_pool)
@@ -464,6 +483,51 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
         "",
     ]
     section.details += details
+
+
+def _accounts_pass(cfg: ReceiveConfig, bench: _Bench, section: Section) -> list[str]:
+    """One account against ``cfg.accounts`` sellers on the shared URL (each delivery routed
+    by its body's merchant id to its seller, verified with that seller's secret only), in
+    alternating rounds on the running gunicorn configuration; returns the details' lines."""
+    name, target = ACCOUNTS_APP
+    server = Gunicorn(target, db=bench.db, config=cfg.gunicorn)
+    bench.servers[name] = server
+    try:
+        server.wait_ready()
+        bench.wrk(name, cfg.warmup)
+        runs: dict[str, list[WrkResult]] = {"hookledger": [], name: []}
+        for r in range(cfg.rounds):
+            for app in ("hookledger", name) if r % 2 == 0 else (name, "hookledger"):
+                runs[app].append(bench.wrk(app, cfg.duration))
+                log(
+                    f"  {cfg.accounts:,} accounts round {r + 1} {app:10s} {runs[app][-1].as_text()}"
+                )
+    finally:
+        server.stop()
+        del bench.servers[name]
+    one = [x.rate for x in runs["hookledger"]]
+    many = [x.rate for x in runs[name]]
+    ratio = median(many) / median(one)
+    section.rows.append(
+        Row(
+            bench="receive",
+            case=f"{bench.db.label}, {cfg.gunicorn.worker_class}, {cfg.accounts:,} accounts on "
+            "the shared URL vs one account",
+            metric="acked events/s",
+            hookledger=median(many),
+            yardstick=median(one),
+            ratio=ratio,
+            target=f">= {1 - ACCOUNTS_TOLERANCE:.2f}x of one account",
+            met=ratio >= 1 - ACCOUNTS_TOLERANCE,
+            samples_a=many,
+            samples_b=one,
+        )
+    )
+    return [
+        f"| {cfg.accounts:,} accounts round {i + 1} (vs one account) | {a.as_text()} | "
+        f"{b.as_text()} |"
+        for i, (a, b) in enumerate(zip(runs[name], runs["hookledger"], strict=True))
+    ]
 
 
 def _profile(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:

@@ -59,6 +59,20 @@ def create_hookledger_app() -> Flask:
     return app
 
 
+def create_accounts_app() -> Flask:
+    """The package under test with ``HLBENCH_ACCOUNTS`` sellers besides the default account
+    (:func:`bench.bodies.seller_accounts`, given as the merchant's own account source: their
+    configuration would not fit in one environment variable), all on the shared URL."""
+    from bench.bodies import seller_accounts
+    from receiver.core.accounts import StaticAccounts, parse_accounts
+
+    sellers = StaticAccounts(parse_accounts(seller_accounts(int(os.environ["HLBENCH_ACCOUNTS"]))))
+    app = Flask("bench_accounts")
+    WebhookReceiver(accounts=sellers).init_app(app)
+    app.add_url_rule("/ping", "ping", _ping)
+    return app
+
+
 def _count_statements(engine: sa.Engine, directory: str) -> None:
     """Count the statements this process sends (an ``executemany`` is one round trip) and
     write the count to ``<directory>/<pid>`` at exit: the dispatch bench's round trips."""

@@ -217,7 +217,8 @@ class StaticAccounts:
 
 class ChainedAccounts:
     """The accounts from configuration first, then the merchant's own source: an id
-    configured in both is the configuration's; a body two of them claim is nobody's."""
+    configured in both is the configuration's; a body both claim goes to the more specific
+    owner (:func:`only_owner`'s preference), and is nobody's when neither is."""
 
     def __init__(self, first: AccountSource, then: AccountSource) -> None:
         self.first = first
@@ -231,11 +232,14 @@ class ChainedAccounts:
         return found if found is not None else self.then.get(account_id)
 
     def for_body(self, merchant_id: str | None, profile_id: str | None) -> Account | None:
+        # Each source's owner, then the same preference as within one source: an account
+        # naming the profile, then one naming the merchant, over one that names neither
+        # (a default account without a merchant id does not hide the merchant's sellers).
         one = self.first.for_body(merchant_id, profile_id)
         other = self.then.for_body(merchant_id, profile_id)
-        if one is not None and other is not None and one.id != other.id:
-            return None
-        return one if one is not None else other
+        if one is None or other is None or one.id == other.id:
+            return one if one is not None else other
+        return only_owner((one, other), merchant_id, profile_id)
 
     def ids(self) -> list[str]:
         return list(dict.fromkeys([*self.first.ids(), *self.then.ids()]))

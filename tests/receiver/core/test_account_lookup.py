@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from receiver.core.accounts import Account, StaticAccounts, only_owner
+from receiver.core.accounts import Account, ChainedAccounts, StaticAccounts, only_owner
 
 MERCHANTS = [None, "mer_a", "mer_b", "mer_c"]
 PROFILES = ["pro_1", "pro_2", "pro_3"]
@@ -41,3 +41,22 @@ def test_a_thousand_sellers_each_found_by_its_merchant_id() -> None:
     source = StaticAccounts([Account(id="default"), *sellers])
     assert source.for_body("mer_0421", None) == sellers[421]
     assert source.for_body("mer_unknown", None) == source.get("default")
+
+
+def test_a_default_account_without_merchant_id_does_not_hide_the_merchants_own_sellers() -> None:
+    """Regression (found by the 1,000-account receive bench): the default account from
+    ``HOOKLEDGER_SECRETS`` (no merchant id: it owns any merchant's body) and the sellers of
+    the merchant's own source each claimed a seller's body, and the chain answered "nobody"
+    (404 ``HL_07`` at the shared URL for every seller); a single source prefers the seller."""
+    default = Account(id="default")
+    sellers = [Account(id=f"seller{i}", merchant_id=f"mer_{i}") for i in range(3)]
+    chained = ChainedAccounts(StaticAccounts([default]), StaticAccounts(sellers))
+    assert chained.for_body("mer_1", None) == sellers[1]
+    assert chained.for_body("mer_other", None) == default
+    assert StaticAccounts([default, *sellers]).for_body("mer_1", None) == sellers[1]
+    # Two owners that are as specific as each other: nobody's, as within one source.
+    twin = Account(id="twin", merchant_id="mer_1")
+    assert (
+        ChainedAccounts(StaticAccounts([twin]), StaticAccounts(sellers)).for_body("mer_1", None)
+        is None
+    )
