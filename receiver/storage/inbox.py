@@ -55,8 +55,8 @@ PG_GROUP_COMMIT = False
 
 #: SQLite: the stored rows of some event ids (``{}``: one ``?`` per id).
 _STORED_SQL = (
-    "SELECT event_id, id, body_sha256, key_id FROM hookledger_event"
-    " WHERE account = ? AND event_id IN ({})"
+    "SELECT account, event_id, id, body_sha256, key_id FROM hookledger_event"
+    " WHERE account IN ({}) AND event_id IN ({})"
 )
 
 #: Sources whose event ids hookledger derives from the transition (not the processor's ids).
@@ -339,10 +339,8 @@ class Inbox:
     def _insert_batch(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
         """:class:`GroupCommit`'s writer: one write for the batch; if it fails for a reason
         other than the database being unavailable, each delivery is tried alone, so one bad
-        delivery cannot fail the others. Deliveries to different accounts are written as one
-        batch per account (an event id is unique per account only)."""
-        if len({values["account"] for values in rows}) > 1:
-            return self._insert_per_account(rows)
+        delivery cannot fail the others. A batch may hold several accounts' deliveries (an
+        event id is unique per account only: every lookup below is by account and id)."""
         try:
             if self._sql.one_statement_batches:
                 return self._insert_deliveries(rows)
@@ -359,39 +357,30 @@ class Inbox:
             outcomes.extend(self._insert_batch([values]))
         return outcomes
 
-    def _insert_per_account(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
-        by_account: dict[str, list[int]] = {}
-        for index, values in enumerate(rows):
-            by_account.setdefault(values["account"], []).append(index)
-        outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
-        for indexes in by_account.values():
-            for index, outcome in zip(
-                indexes, self._insert_batch([rows[i] for i in indexes]), strict=True
-            ):
-                outcomes[index] = outcome
-        return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
-
     def _insert_unless_stored(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
         """SQLite: a duplicate (its event id stored, its body the same) is answered from a
         read of the committed rows, which takes no lock (a WAL snapshot: a row there is
         committed, with ``synchronous=FULL`` durably); the rest are written, under the write
         lock, by the insert-or-ignore that decides (a row committed since the read is found
-        there). ``rows``: one account's."""
-        account = rows[0]["account"]
+        there)."""
+        accounts = sorted({values["account"] for values in rows})
         event_ids = sorted({values["event_id"] for values in rows})
         try:
             with self.storage.deferred.connect() as conn:
                 # On the driver: no transaction to begin and end for one read.
                 cursor = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
-                    _STORED_SQL.format(", ".join("?" * len(event_ids))), [account, *event_ids]
+                    _STORED_SQL.format(
+                        ", ".join("?" * len(accounts)), ", ".join("?" * len(event_ids))
+                    ),
+                    [*accounts, *event_ids],
                 )
-                known = {r[0]: Stored(int(r[1]), r[2], r[3]) for r in cursor.fetchall()}
+                known = {(r[0], r[1]): Stored(int(r[2]), r[3], r[4]) for r in cursor.fetchall()}
         except (sqlite3.Error, DBAPIError):
             known = {}  # the write below decides, and reports an outage
         outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
         write: list[int] = []
         for index, values in enumerate(rows):
-            stored = known.get(values["event_id"])
+            stored = known.get((values["account"], values["event_id"]))
             if stored is not None and self._judge(values, stored) == "duplicate":
                 outcomes[index] = Inserted(result="duplicate", pk=stored.pk)
             else:
@@ -477,7 +466,15 @@ class Inbox:
                         and v["event_id"] not in written.found
                     ]
                     if missing:  # committed by another session while the statement ran
-                        written.found.update(self._stored(conn, rows[0]["account"], missing))
+                        for account in {v["account"] for v in rows}:
+                            written.found.update(
+                                self._stored(
+                                    conn,
+                                    account,
+                                    [v["event_id"] for v in rows if v["account"] == account],
+                                    only=missing,
+                                )
+                            )
                 break
             except DBAPIError as exc:
                 if attempt == 1 and exc.connection_invalidated:
@@ -518,9 +515,20 @@ class Inbox:
                     _log_conflict(rows[index])
         return outcomes
 
-    def _stored(self, conn: Connection, account: str, event_ids: list[str]) -> dict[str, Stored]:
+    def _stored(
+        self,
+        conn: Connection,
+        account: str,
+        event_ids: list[str],
+        *,
+        only: Sequence[str] | None = None,
+    ) -> dict[str, Stored]:
+        """The stored rows of ``account``'s ``event_ids`` (those also in ``only``, if given)."""
+        wanted = [e for e in event_ids if only is None or e in only]
+        if not wanted:
+            return {}
         query = select(EVENT.c.event_id, EVENT.c.id, EVENT.c.body_sha256, EVENT.c.key_id).where(
-            EVENT.c.account == account, self._sql.among(EVENT.c.event_id, event_ids)
+            EVENT.c.account == account, self._sql.among(EVENT.c.event_id, wanted)
         )
         return {r[0]: Stored(int(r[1]), r[2], r[3]) for r in conn.execute(query)}
 

@@ -411,6 +411,48 @@ def test_a_batch_answers_each_delivery_in_order(make_app: AppFactory) -> None:
     assert _count(app, EventConflict) == 1
 
 
+def test_a_batch_of_several_accounts_answers_each_delivery_by_account_and_id(
+    make_app: AppFactory,
+) -> None:
+    """One group-commit batch with deliveries to three accounts (written together, not one
+    write per account, which cost a commit per delivery with many accounts): the same event
+    id in two accounts is two events, a repeat within one account a duplicate, an id stored
+    earlier in one account with another body a conflict there and new in another account."""
+    from receiver.core.events import parse_event
+
+    app, _ = make_app()
+    inbox = WebhookReceiver.state(app).store.inbox
+    stored = encode(build_event("payment_succeeded", event_id="evt_m_old", amount=1))
+    assert inbox.insert(parse_event(stored), stored, account="a").result == "inserted"
+    shared = encode(build_event("payment_succeeded", event_id="evt_m_1"))
+    changed = encode(build_event("payment_succeeded", event_id="evt_m_old", amount=2))
+    deliveries = [
+        ("a", shared),
+        ("b", shared),
+        ("a", shared),
+        ("a", changed),
+        ("b", changed),
+        ("c", encode(build_event("payment_succeeded", event_id="evt_m_2"))),
+        ("a", stored),
+    ]
+    rows = [inbox.row(parse_event(body), body, account=acct) for acct, body in deliveries]
+    outcomes = inbox._insert_batch(rows)
+    results = [getattr(o, "result", o) for o in outcomes]
+    assert results == [
+        "inserted",
+        "inserted",
+        "duplicate",
+        "conflict",
+        "inserted",
+        "inserted",
+        "duplicate",
+    ]
+    pks = [getattr(o, "pk", None) for o in outcomes]
+    assert pks[0] != pks[1] and pks[2] == pks[0] and pks[6] != pks[4]
+    assert _count(app) == 5
+    assert _count(app, EventConflict) == 1
+
+
 def test_postgres_connection_lost_while_idle_is_written_again_on_a_new_one(
     make_app: AppFactory,
 ) -> None:
