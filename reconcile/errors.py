@@ -50,6 +50,9 @@ from reconcile.core.errors import (
     ReconcileLocked as ReconcileLocked,
 )
 from reconcile.core.errors import (
+    RequestBudgetExhausted as RequestBudgetExhausted,
+)
+from reconcile.core.errors import (
     ServerError as ServerError,
 )
 from reconcile.core.errors import (
@@ -83,6 +86,7 @@ __all__ = [
     "PagingError",
     "ProcessorError",
     "RateLimited",
+    "RequestBudgetExhausted",
     "ServerError",
     "TransportError",
     "api_error_from_response",

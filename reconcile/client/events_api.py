@@ -35,7 +35,13 @@ from typing import Any, Final
 import requests
 
 from reconcile.client.list_endpoints import events_pager
-from reconcile.client.paging import IncompleteWindow, OnStuck, Pager, format_timestamp
+from reconcile.client.paging import (
+    IncompleteWindow,
+    OnStuck,
+    Pager,
+    check_budget,
+    format_timestamp,
+)
 from reconcile.client.transport import ApiClient, Environment, RetryPolicy, path_segment
 from reconcile.core.errors import ApiError, InvalidApiKey
 
@@ -65,8 +71,10 @@ class EventsClient(ApiClient):
     """A client of the admin events API, authenticated by the admin API key.
 
     ``environment`` is required: an admin key does not say which environment it belongs to.
-    The other options are :class:`~reconcile.client.transport.ApiClient`'s (``clock`` also dates the
-    90-day limit of :meth:`iter_events`).
+    ``max_list_requests``: the default request budget of :meth:`iter_events` (a call's own
+    ``max_requests`` wins; ``None``: 1,000 list calls). The other options are
+    :class:`~reconcile.client.transport.ApiClient`'s (``clock`` also dates the 90-day limit of
+    :meth:`iter_events`).
     """
 
     def __init__(
@@ -82,6 +90,7 @@ class EventsClient(ApiClient):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        max_list_requests: int | None = None,
     ) -> None:
         _check_admin_key(admin_api_key)
         super().__init__(
@@ -96,6 +105,7 @@ class EventsClient(ApiClient):
             clock=clock,
             rng=rng,
         )
+        self.max_list_requests = check_budget(max_list_requests, "max_list_requests")
 
     def earliest_listable(self) -> datetime:
         """The oldest creation time :meth:`iter_events` can ask for now.
@@ -126,6 +136,11 @@ class EventsClient(ApiClient):
         The pager is a :mod:`reconcile.client.paging` offset pager with all its guarantees (budget,
         no-progress checks, rows checked against the window, ``row_errors``); ids are
         ``event_id``.
+
+        The request budget: at most ``max_requests`` list calls (``None``: the client's
+        ``max_list_requests``, else 1,000); when they are spent the iterator raises
+        :class:`~reconcile.core.errors.RequestBudgetExhausted` (``on_stuck="report"``: the
+        unread window is reported in ``pager.incomplete``), never pages without end.
 
         The 90-day limit: a window that ends before :meth:`earliest_listable` raises
         :class:`ValueError`; one that starts before it is clamped, and the part cut off is
@@ -160,7 +175,7 @@ class EventsClient(ApiClient):
             is_delivered=is_delivered,
             page_size=page_size,
             on_stuck=on_stuck,
-            max_requests=max_requests,
+            max_requests=max_requests if max_requests is not None else self.max_list_requests,
             unlistable=unlistable,
             redact=self._redact,
         )

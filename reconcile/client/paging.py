@@ -4,10 +4,16 @@ Every pager is a single-use iterable of the listed objects (dicts, as the proces
 for one creation-time window ``[start, end]``. What it guarantees, against any server:
 
 * **Bounded.** It makes at most ``max_requests`` list calls (default
-  :data:`DEFAULT_MAX_REQUESTS`, 10,000: a million objects at 100 per page; the client's own
+  :data:`DEFAULT_MAX_REQUESTS`, 1,000: 100,000 objects at 100 per page; the client's own
   retries of one call are not counted again, see :class:`~reconcile.client.transport.RetryPolicy`).
-  When the budget is spent it stops and reports the unread part of the window. The budget is the
-  backstop: each lie listed below is caught on its own, usually by the second request.
+  When the budget is spent it stops: with ``on_stuck="raise"`` it raises
+  :class:`~reconcile.core.errors.RequestBudgetExhausted` (a :class:`PagingError` naming the list,
+  the requests made, the unread part of the window, where paging stood and how to raise the
+  budget), with ``on_stuck="report"`` it reports the unread part of the window. The budget is
+  the backstop: each lie listed below is caught on its own, usually by the second request, but
+  a server whose pages always look like progress (fresh rows, ``has_more``, a growing
+  ``total_count``) is stopped by the budget alone. Raise it for windows of more objects:
+  ``max_requests=`` on the call, ``max_list_requests=`` on the client.
 * **Each object at most once.** Ids already yielded are kept for the pager's life and never
   yielded again, whatever the server repeats (memory grows with the window: about 100 bytes
   an object, 10 MB per 100,000).
@@ -83,7 +89,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, NamedTuple, Protocol
 
-from reconcile.core.errors import MAX_ID_LENGTH, PagingError, escape_id, id_defect, json_type
+from reconcile.core.errors import (
+    MAX_ID_LENGTH,
+    PagingError,
+    RequestBudgetExhausted,
+    escape_id,
+    id_defect,
+    json_type,
+)
 
 __all__ = [
     "DEFAULT_MAX_REQUESTS",
@@ -96,6 +109,7 @@ __all__ = [
     "Pager",
     "RowProblem",
     "RowProblemKind",
+    "check_budget",
     "format_ms",
     "format_timestamp",
     "int_field",
@@ -106,8 +120,8 @@ logger = logging.getLogger("reconcile.paging")
 OnStuck = Literal["raise", "report"]
 RowProblemKind = Literal["not_an_object", "missing_id", "bad_id", "bad_created"]
 
-#: Default ``max_requests``: list calls one pager may make (a million objects at 100 a page).
-DEFAULT_MAX_REQUESTS: Final = 10_000
+#: Default ``max_requests``: list calls one pager may make (100,000 objects at 100 a page).
+DEFAULT_MAX_REQUESTS: Final = 1_000
 #: Row problems kept on ``pager.row_errors`` (``pager.row_error_count`` counts them all).
 MAX_ROW_ERRORS: Final = 1_000
 
@@ -119,6 +133,17 @@ _MAX_MS: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MS
 _TIME_FIELDS: Final = ("created", "created_at")
 #: Longer than any ISO 8601 time; longer texts are not handed to ``fromisoformat``.
 _MAX_TIME_TEXT: Final = 64
+
+
+def check_budget(value: int | None, name: str = "max_requests") -> int | None:
+    """``value`` if it is a usable request budget (an int of at least 1) or ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or None")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1")
+    return value
 
 
 class Fetch(Protocol):
@@ -313,12 +338,7 @@ class Pager(Iterable[dict[str, Any]], ABC):
             raise ValueError(f"page_size for {kind} must be between 1 and {max_page_size}")
         if on_stuck not in ("raise", "report"):
             raise ValueError("on_stuck must be 'raise' or 'report'")
-        if max_requests is None:
-            max_requests = DEFAULT_MAX_REQUESTS
-        if isinstance(max_requests, bool) or not isinstance(max_requests, int):
-            raise TypeError("max_requests must be an int or None")
-        if max_requests < 1:
-            raise ValueError("max_requests must be at least 1")
+        max_requests = check_budget(max_requests) or DEFAULT_MAX_REQUESTS
         self._fetch = fetch
         self.path = path
         self.lower_param = lower_param
@@ -343,6 +363,8 @@ class Pager(Iterable[dict[str, Any]], ABC):
         self._end_ms = _to_ms(end)
         #: The part of the window not read yet (for the budget's report).
         self._unread = (self._start_ms, self._end_ms)
+        #: Where paging stands, in words (for the budget's error): set by each strategy.
+        self._cursor = "at the first page"
         #: Ids yielded so far: never yielded again.
         self._yielded: set[str] = set()
         #: Windows to raise after the rows in ``on_stuck="raise"`` mode (see ``_unlistable``).
@@ -362,14 +384,38 @@ class Pager(Iterable[dict[str, Any]], ABC):
             yield from self._rows()
         except _BudgetSpent:
             low, high = self._unread
-            self._stuck(
-                low,
-                high,
+            reason = (
                 f"the request budget of {self.max_requests} requests was exhausted; "
-                f"{self.kind} created {format_ms(low)} .. {format_ms(high)} were not read",
+                f"{self.kind} created {format_ms(low)} .. {format_ms(high)} were not read"
             )
+            if self.on_stuck == "raise":
+                self._budget_error(low, high, reason)
+            self._stuck(low, high, reason)
         for low, high, reason in self._deferred:
             self._stuck(low, high, reason, clamp=False)
+
+    def _budget_error(self, low: int, high: int, reason: str) -> None:
+        """Raise :class:`RequestBudgetExhausted` for the unread ``[low, high]``."""
+        low = min(max(low, self._start_ms), self._end_ms)
+        high = min(max(high, low), self._end_ms)
+        text = (
+            f"the {self.kind} list stopped after {self.requests} requests, its request budget "
+            f"(max_requests={self.max_requests}), {self._cursor}: {self.kind} created "
+            f"{format_ms(low)} .. {format_ms(high)} were not read. The server may be paging "
+            f"without end; if the window really holds that many {self.kind}, raise the budget "
+            f"(iter_{self.kind}(..., max_requests=N) per call, max_list_requests=N on the "
+            "client) or list smaller windows"
+        )
+        raise RequestBudgetExhausted(
+            text,
+            kind=self.kind,
+            requests=self.requests,
+            max_requests=self.max_requests,
+            cursor=self._cursor,
+            start=_from_ms(low),
+            end=_from_ms(high),
+            reason=reason,
+        ) from None
 
     @abstractmethod
     def _rows(self) -> Iterator[dict[str, Any]]:

@@ -83,6 +83,7 @@ class BackwardTimePager(Pager):
         upper = self._end_ms
         while True:
             self._unread = (start, upper)
+            self._cursor = f"at the upper bound {format_ms(upper)}"
             params: dict[str, str | int] = {
                 self.lower_param: lower,
                 self.upper_param: format_ms(upper),
@@ -159,6 +160,7 @@ class OffsetPager(Pager):
         offset = 0
         most: int | None = None  # the largest total_count reported
         while True:
+            self._cursor = f"at offset {offset}"
             query: dict[str, Any] = {**self.extra, "limit": limit, "offset": offset, **bounds}
             if self.method == "GET":
                 body = self._call("GET", self.path, params=query)
@@ -257,6 +259,9 @@ class TimeSlicePager(Pager):
         self.dense_limit = dense_limit
 
     def _query(self, low: int, high: int, offset: int) -> tuple[Page, int | None]:
+        self._cursor = f"at the slice {format_ms(low)} .. {format_ms(high)}" + (
+            f", offset {offset}" if offset else ""
+        )
         query: dict[str, str | int] = {
             "limit": self.page_size,
             "offset": offset,

@@ -14,11 +14,17 @@ Objects are read by id (``get_payment``, ``get_refund``, ``get_payout``, ``get_d
 characters), else :class:`ValueError` is raised before anything is sent (its message never
 quotes the id), and it is URL-quoted as one path segment.
 
-Lists (``iter_payments`` ...) return the pagers of :mod:`reconcile.client.paging`: each object at
-most once, at most ``max_requests`` list calls per window (default 10,000), rows checked against the
+Lists (``iter_payments``, ``iter_refunds``, ``iter_payouts``, ``iter_disputes``) return the
+pagers of :mod:`reconcile.client.paging`: each object at most once, rows checked against the
 window, row problems on ``pager.row_errors`` (ids redacted of the key, then escaped), what
 could not be read on ``pager.incomplete`` (or raised as
-:class:`~reconcile.core.errors.PagingError`); see that module.
+:class:`~reconcile.core.errors.PagingError`); see that module. Every list has a request
+budget: at most ``max_requests`` list calls per iterator (the call's ``max_requests``, else
+the client's ``max_list_requests``, else 1,000: 100,000 objects at 100 per page). When it is
+spent the iterator ends with :class:`~reconcile.core.errors.RequestBudgetExhausted` (which list,
+how many requests, the unread window, where paging stood, how to raise the budget), or with
+``on_stuck="report"`` reports the unread window in ``pager.incomplete``; it never pages
+without end, even against a server whose every page looks like progress.
 
 For :class:`ProcessorClient` the key decides the environment (``snd_`` sandbox, ``prd_``
 production); publishable (``pk_...``) and administrative (``admin_...``) keys are refused. An
@@ -47,7 +53,7 @@ from reconcile.client.list_endpoints import (
     payouts_pager,
     refunds_pager,
 )
-from reconcile.client.paging import OnStuck, Pager
+from reconcile.client.paging import DEFAULT_MAX_REQUESTS, OnStuck, Pager, check_budget
 from reconcile.client.transport import ApiClient, Environment, RetryPolicy, path_segment
 from reconcile.core.errors import (
     ApiError,
@@ -106,8 +112,10 @@ def environment_of_key(api_key: str) -> Environment | None:
 class ProcessorClient(ApiClient):
     """A client of the processor's REST API (retrieve and list), authenticated by a secret key.
 
-    ``sleep``, ``clock`` (Unix time, for ``X-RateLimit-Reset``) and ``rng`` (the jitter) are
-    injectable for tests. A ``session`` passed in is used but not closed by :meth:`close`.
+    ``max_list_requests``: the default request budget of each list iterator (``iter_*``; a
+    call's own ``max_requests`` wins; ``None``: 1,000 list calls). ``sleep``, ``clock`` (Unix
+    time, for ``X-RateLimit-Reset``) and ``rng`` (the jitter) are injectable for tests. A
+    ``session`` passed in is used but not closed by :meth:`close`.
     """
 
     def __init__(
@@ -123,6 +131,7 @@ class ProcessorClient(ApiClient):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        max_list_requests: int | None = None,
     ) -> None:
         key_environment = environment_of_key(api_key)
         if environment is not None and environment not in ("sandbox", "production"):
@@ -149,6 +158,13 @@ class ProcessorClient(ApiClient):
             clock=clock,
             rng=rng,
         )
+        self.max_list_requests = check_budget(max_list_requests, "max_list_requests")
+
+    def _budget(self, max_requests: int | None) -> int:
+        """A list call's budget: its own, else the client's, else the default."""
+        if max_requests is not None:
+            return max_requests
+        return self.max_list_requests or DEFAULT_MAX_REQUESTS
 
     def _key_hint(self) -> str:
         return f"{self._api_key[:4]}***"  # the prefix only (snd_/prd_): it names the environment
@@ -190,7 +206,10 @@ class ProcessorClient(ApiClient):
     ) -> Pager:
         """Payments created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`.
 
-        ``max_requests``: the list calls this window may cost (``None``: 10,000).
+        ``max_requests``: the list calls this window may cost (``None``: the client's
+        ``max_list_requests``, else 1,000); when they are spent the iterator raises
+        :class:`~reconcile.core.errors.RequestBudgetExhausted` (``on_stuck="report"``: the
+        unread window is reported in ``pager.incomplete``). The same holds for every ``iter_*``.
         """
         return payments_pager(
             self.request,
@@ -199,7 +218,7 @@ class ProcessorClient(ApiClient):
             dialect=dialect,
             page_size=page_size,
             on_stuck=on_stuck,
-            max_requests=max_requests,
+            max_requests=self._budget(max_requests),
             redact=self._redact,
         )
 
@@ -225,7 +244,7 @@ class ProcessorClient(ApiClient):
             dialect=dialect,
             page_size=page_size,
             on_stuck=on_stuck,
-            max_requests=max_requests,
+            max_requests=self._budget(max_requests),
             redact=self._redact,
         )
 
@@ -247,7 +266,7 @@ class ProcessorClient(ApiClient):
             dialect=dialect,
             page_size=page_size,
             on_stuck=on_stuck,
-            max_requests=max_requests,
+            max_requests=self._budget(max_requests),
             redact=self._redact,
         )
 
@@ -267,7 +286,7 @@ class ProcessorClient(ApiClient):
             end,
             page_size=page_size,
             on_stuck=on_stuck,
-            max_requests=max_requests,
+            max_requests=self._budget(max_requests),
             redact=self._redact,
         )
 

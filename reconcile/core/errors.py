@@ -48,6 +48,7 @@ __all__ = [
     "PagingError",
     "ProcessorError",
     "RateLimited",
+    "RequestBudgetExhausted",
     "ServerError",
     "TransportError",
     "api_error_from_response",
@@ -215,6 +216,37 @@ class PagingError(ProcessorError):
         self.end = end
         self.reason = reason
         super().__init__(message)
+
+
+class RequestBudgetExhausted(PagingError):
+    """A list iterator spent its request budget before the end of its window.
+
+    Raised by a pager with ``on_stuck="raise"`` (the default of the client's ``iter_*``
+    methods) instead of paging on: a server whose pages always look like progress would
+    otherwise be paged for as long as it answers. ``kind`` names the list (``"refunds"``),
+    ``requests``/``max_requests`` the calls made and the budget, ``start``/``end`` the part of
+    the window not read, ``cursor`` where paging stood (an offset, an upper time bound, a
+    slice). The message says how to raise the budget (``max_requests=`` per call,
+    ``max_list_requests=`` on the client).
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        kind: str | None = None,
+        requests: int | None = None,
+        max_requests: int | None = None,
+        cursor: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self.requests = requests
+        self.max_requests = max_requests
+        self.cursor = cursor
+        super().__init__(message, start=start, end=end, reason=reason)
 
 
 class EnvironmentMismatch(ProcessorError, ConfigurationError):

@@ -15,7 +15,10 @@ A report never says more than is true:
 - ``dry_run`` and ``failed`` (the run itself broke: see the error).
 
 Recovery that is queued (an event already in the inbox, waiting for the worker, brings the
-object to the processor's state) is ``queued``, never unresolved. When what is waiting leaves
+object to the processor's state) is ``queued``, never unresolved. Likewise an undelivered
+event the events API lists before its request is recorded (a delivery interrupted mid-way)
+is ``waiting``: not yet, never unresolved; a later run fetches it (the events watermark
+stays at the oldest one). When what is waiting leaves
 the projection short of the processor (a ``payment_failed`` from before the customer's
 successful retry), the object is ``behind``: unresolved until it is in sync (the sweep
 follows it and recovers the rest once the inbox is done with it).
@@ -220,9 +223,20 @@ class EventsReport:
     bad_signature_sample: list[str] = field(default_factory=list)
     bad_rows: int = 0
     bad_rows_sample: list[str] = field(default_factory=list)
+    #: Undelivered events whose request is not recorded yet: not yet, like ``queued``.
+    waiting: int = 0
+    waiting_sample: list[str] = field(default_factory=list)
+    #: The creation time of the oldest waiting event (the events watermark stops there).
+    oldest_waiting: datetime | None = None
     remote_errors: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     requests: int = 0
+
+    def note_waiting(self, item: str, created: datetime | None) -> None:
+        self.waiting += 1
+        _add(self.waiting_sample, item)
+        if created is not None and (self.oldest_waiting is None or created < self.oldest_waiting):
+            self.oldest_waiting = created
 
     @property
     def unresolved(self) -> int:
@@ -245,6 +259,8 @@ class EventsReport:
             "bad_signature_sample": self.bad_signature_sample,
             "bad_rows": self.bad_rows,
             "bad_rows_sample": self.bad_rows_sample,
+            "waiting": self.waiting,
+            "waiting_sample": self.waiting_sample,
             "remote_errors": self.remote_errors,
             "incomplete": self.incomplete,
             "unresolved": self.unresolved,
@@ -379,7 +395,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append(
             f"events    listed {events['listed']}, recovered {events['recovered_total']}, "
             f"already stored {events['already_stored']}, before the cut-over "
-            f"{events['before_cutover']}, bad signature {events['bad_signature']}"
+            f"{events['before_cutover']}, bad signature {events['bad_signature']}, "
+            f"waiting {events.get('waiting', 0)}"
         )
         lines += _details(events)
     totals = report.get("totals", {})
@@ -428,6 +445,7 @@ def _details(part: dict[str, Any]) -> list[str]:
         "not_found_sample",
         "bad_rows_sample",
         "bad_signature_sample",
+        "waiting_sample",
     ):
         for item in part.get(label, []):
             lines.append(f"{'':<9} {label.replace('_sample', '')}: {item}")

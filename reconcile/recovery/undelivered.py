@@ -10,6 +10,12 @@ processor retry of the same event is then an exact duplicate, and the handlers s
 very event the processor meant to send (not a synthesised one). A signature that does not
 verify is reported and never stored. Optionally the processor is asked to re-send it.
 
+An undelivered event whose request is not recorded yet (no attempt, or attempts without a
+``request`` or with a ``null`` body: the processor was stopped mid-delivery) is *waiting*, not
+a bad row: nothing is wrong yet. The report counts it as ``waiting`` (the run is not
+unresolved) and the events watermark stops at the oldest waiting event, so a later run lists
+it again and recovers it once its request exists.
+
 On an adopted account, undelivered events created before the cut-over are left alone.
 """
 
@@ -148,7 +154,7 @@ class UndeliveredEvents:
         self._spent = 0
         self._pager = pager
         self._left_over = 0
-        batch: list[str] = []
+        batch: list[tuple[str, datetime | None]] = []
         try:
             for item in pager:
                 report.listed += 1
@@ -165,7 +171,7 @@ class UndeliveredEvents:
                 if cutover is not None and created is not None and created < cutover.at:
                     report.before_cutover += 1
                     continue
-                batch.append(event_id)
+                batch.append((event_id, created))
                 if len(batch) >= BATCH:
                     self._recover(batch, report, dry_run)
                     batch = []
@@ -199,11 +205,13 @@ class UndeliveredEvents:
             )
             return {row.event_id for row in rows}
 
-    def _recover(self, event_ids: list[str], report: EventsReport, dry_run: bool) -> None:
-        if not event_ids:
+    def _recover(
+        self, events: list[tuple[str, datetime | None]], report: EventsReport, dry_run: bool
+    ) -> None:
+        if not events:
             return
-        stored = self._stored(event_ids)
-        for event_id in event_ids:
+        stored = self._stored([event_id for event_id, _ in events])
+        for event_id, created in events:
             if event_id in stored:
                 report.already_stored += 1
                 continue
@@ -213,14 +221,26 @@ class UndeliveredEvents:
             self._spent += 1
             report.requests += 1
             attempts = self.api.event_attempts(self.merchant_id, event_id)
-            self._one(event_id, attempts, report, dry_run)
+            self._one(event_id, created, attempts, report, dry_run)
 
     def _one(
-        self, event_id: str, attempts: list[dict[str, Any]], report: EventsReport, dry_run: bool
+        self,
+        event_id: str,
+        created: datetime | None,
+        attempts: list[dict[str, Any]],
+        report: EventsReport,
+        dry_run: bool,
     ) -> None:
         shown = escape_id(event_id)
         request = initial_request(attempts) if isinstance(attempts, list) else None
         raw_body = request.get("body") if request is not None else None
+        if raw_body is None and isinstance(attempts, list):
+            # Listed before its request was recorded (a delivery interrupted mid-way): not
+            # yet, like a queued event. A later run finds it again (see the watermark).
+            report.note_waiting(
+                f"event {shown}: no stored request yet (a later run fetches it)", created
+            )
+            return
         if not isinstance(raw_body, str):
             report.bad_rows += 1
             _note(report.bad_rows_sample, f"event {shown}: no stored request body")

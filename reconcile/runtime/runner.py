@@ -321,7 +321,10 @@ class Reconciler:
         report.events = part
         self.events.run(start, end, part, dry_run=options.dry_run)
         if not options.dry_run and not part.failures and options.mode != "window":
-            self.store.set_watermark("events", end)
+            # An event waiting for its request is listed again by the next run: the watermark
+            # stops at the oldest one (the next window starts an overlap below it).
+            mark = end if part.oldest_waiting is None else min(end, part.oldest_waiting)
+            self.store.set_watermark("events", mark)
 
     # -- lists -------------------------------------------------------------------------------
 

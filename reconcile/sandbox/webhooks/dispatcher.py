@@ -186,6 +186,24 @@ class WebhookDispatcher:
         with self._lock:
             return list(self._events)
 
+    def unrecord_request(self, event_id: str) -> None:
+        """Make the event look as if the process delivering it was killed after its row was
+        written and before its request was recorded: listed (undelivered), its attempts with
+        ``request: null``, until :meth:`record_request`. Raises :class:`LookupError` for an
+        unknown event."""
+        self._request_recorded(event_id, False)
+
+    def record_request(self, event_id: str) -> None:
+        """Record the event's request (after :meth:`unrecord_request`)."""
+        self._request_recorded(event_id, True)
+
+    def _request_recorded(self, event_id: str, recorded: bool) -> None:
+        with self._lock:
+            event = self._by_attempt.get(event_id)
+            if event is None or event.event_id != event_id:
+                raise LookupError("no such event")
+            event.request_recorded = recorded
+
     def find(self, attempt_id: str) -> WebhookEvent | None:
         """The event one of whose attempts has id ``attempt_id`` (the event id included)."""
         with self._lock:

@@ -11,6 +11,12 @@ signature Hyperswitch computed, so a manual retry
 (:meth:`~reconcile.sandbox.webhooks.dispatcher.WebhookDispatcher.retry`) re-sends the original
 bytes with a valid signature. A ``duplicate`` fault's second copy is recorded as
 ``automatic_retry`` rows.
+
+An event can also be listed before its request is recorded (``request_recorded`` false: a
+process killed mid-delivery, after the event row was written and before its request was):
+its attempts then show ``request: null`` until the request is recorded
+(:meth:`~reconcile.sandbox.webhooks.dispatcher.WebhookDispatcher.unrecord_request` and
+``record_request``).
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ class WebhookEvent:
     #: ``undeliverable`` (no webhook URL configured).
     state: str = "pending"
     delivery_attempts: list[DeliveryAttempt] = field(default_factory=list)
+    #: False while the event's request is not recorded yet (its attempts show no request).
+    request_recorded: bool = True
 
     @property
     def event_class(self) -> str:
@@ -116,10 +124,14 @@ class WebhookEvent:
         initial = attempt.delivery_attempt == "initial_attempt"
         success = self.is_delivery_successful if initial else attempt.successful
         item = self._item(merchant_id, attempt.attempt_id, attempt.created, success)
-        item["request"] = {
-            "body": self.body.decode("utf-8"),
-            "headers": [[name, value] for name, value in self.stored_headers().items()],
-        }
+        item["request"] = (
+            {
+                "body": self.body.decode("utf-8"),
+                "headers": [[name, value] for name, value in self.stored_headers().items()],
+            }
+            if self.request_recorded
+            else None
+        )
         item["response"] = {
             "body": attempt.response_body,
             "headers": (

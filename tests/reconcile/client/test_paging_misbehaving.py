@@ -22,6 +22,7 @@ import pytest
 from reconcile.client.paging import DEFAULT_MAX_REQUESTS, Pager
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.errors import PagingError
+from reconcile.errors import RequestBudgetExhausted
 from tests.reconcile.client._fakeapi import FakeProcessor, Misbehaviour, iso_ms, to_us
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -359,15 +360,42 @@ def test_the_budget_in_raise_mode_is_a_paging_error(
         has_more=True, total=lambda n: 10**9, extra_rows=_endless(listing)
     )
     pager = listing.make(client, max_requests=3)
-    with pytest.raises(PagingError, match="request budget of 3 requests was exhausted") as caught:
+    with pytest.raises(RequestBudgetExhausted) as caught:
         _run(pager, listing)
-    assert (caught.value.start, caught.value.end) == (START, END)
+    error = caught.value
+    assert isinstance(error, PagingError)
+    assert (error.start, error.end) == (START, END)
+    assert (error.kind, error.requests, error.max_requests) == ("payments", 3, 3)
+    assert error.cursor == "at offset 300"
+    assert error.reason is not None and "request budget of 3 requests was exhausted" in error.reason
+    # The message says which list, how many requests, which window and cursor, how to raise it.
+    message = str(error)
+    assert message.startswith("the payments list stopped after 3 requests")
+    assert "2024-05-01T11:00:00.000Z .. 2024-05-01T14:00:00.000Z" in message
+    assert "at offset 300" in message
+    assert "iter_payments(..., max_requests=N)" in message and "max_list_requests=N" in message
     assert pager.requests == 3
 
 
 def test_the_default_budget_is_documented_and_checked(client: ProcessorClient) -> None:
-    assert client.iter_refunds(START, END).max_requests == DEFAULT_MAX_REQUESTS == 10_000
+    assert client.iter_refunds(START, END).max_requests == DEFAULT_MAX_REQUESTS == 1_000
     with pytest.raises(ValueError, match="at least 1"):
         client.iter_payments(START, END, max_requests=0)
     with pytest.raises(TypeError):
         client.iter_payments(START, END, max_requests=True)
+
+
+def test_the_client_sets_the_default_budget_of_its_lists(
+    make_client: Callable[..., ProcessorClient],
+) -> None:
+    client = make_client(max_list_requests=40)
+    assert client.iter_payments(START, END).max_requests == 40
+    assert client.iter_refunds(START, END).max_requests == 40
+    assert client.iter_payouts(START, END, dialect="post").max_requests == 40
+    assert client.iter_disputes(START, END).max_requests == 40
+    # A call's own budget wins.
+    assert client.iter_refunds(START, END, max_requests=5).max_requests == 5
+    with pytest.raises(ValueError, match="max_list_requests must be at least 1"):
+        make_client(max_list_requests=0)
+    with pytest.raises(TypeError, match="max_list_requests"):
+        make_client(max_list_requests=2.5)

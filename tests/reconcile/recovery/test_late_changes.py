@@ -13,6 +13,8 @@ from datetime import timedelta
 import pytest
 
 from receiver.storage.tables import Source
+from reconcile.cli.context import EXIT_OK, exit_code
+from reconcile.core.report import render
 from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.world import CARD_ASYNC, World, world
@@ -244,3 +246,47 @@ def test_an_undelivered_webhook_whose_signature_does_not_verify_is_not_stored(
             for e in w.sandbox.events()
             if e["event_type"] == "payment_succeeded"
         )
+
+
+def test_an_undelivered_event_without_its_request_yet_waits_and_a_later_run_recovers_it(
+    make_app: AppFactory,
+) -> None:
+    """Issue 18: the events API lists an undelivered event whose request is not recorded yet
+    (the processor was killed mid-delivery). That is "not yet", like ``queued``: counted as
+    waiting, never a bad row, the run is ok (exit 0); the events watermark waits for it, so
+    a run days later, once the request exists, recovers it with its original id."""
+    with world(make_app, events_api=True) as w:
+        w.drop_next("payment_succeeded")
+        w.pay("pay_killed")
+        w.settle()
+        lost = next(e for e in w.sandbox.events() if e["event_type"] == "payment_succeeded")
+        w.sandbox.webhooks.unrecord_request(lost["event_id"])
+        events_only = ReconcileOptions(kinds=[], sweep_budget=0)
+        for _ in range(2):
+            report = w.run(events_only)
+            assert report.events is not None
+            assert (report.events.waiting, report.events.bad_rows) == (1, 0), report.as_dict()
+            assert report.events.unresolved == 0 and not report.events.recovered
+            assert report.status == "ok" and exit_code(report) == EXIT_OK
+            shown = report.as_dict()["events"]
+            assert shown["waiting"] == 1
+            assert "no stored request yet" in shown["waiting_sample"][0]
+            assert "waiting 1" in render(report.as_dict())
+            assert w.store.operations.get(lost["event_id"]) is None
+            # Longer than the overlap of the incremental runs: only a held watermark keeps
+            # the event in the next window.
+            w.advance(DAY)
+        w.sandbox.webhooks.record_request(lost["event_id"])
+        w.advance(2 * DAY)
+        report = w.run(events_only)
+        assert report.events is not None and report.events.waiting == 0, report.as_dict()
+        assert report.events.recovered == Counter(payment_succeeded=1)
+        assert report.status == "ok"
+        row = w.store.operations.get(lost["event_id"])
+        assert row is not None and row.source == Source.RECOVERED and row.status == "done"
+        assert w.handled[("payment", "pay_killed", "succeeded")] == 1
+        # Nothing waits any more: the watermark moves on and the next run lists nothing new.
+        w.advance(DAY)
+        report = w.run(events_only)
+        assert report.events is not None and report.events.listed == 0, report.as_dict()
+        assert report.status == "ok"

@@ -139,3 +139,30 @@ def test_a_listing_the_server_does_not_filter_is_reported_incomplete(
         payments = report.kinds["payments"]
         assert payments.incomplete, report.as_dict()
         assert report.status == "incomplete"
+
+
+def test_the_clients_list_budget_does_not_cut_a_run_short(make_app: AppFactory) -> None:
+    """Issue 18: the iterators' default budget (here 1 request, on the client) is not the
+    run's: ``reconcile run`` passes its own per-window budget, and a window over it is
+    reported incomplete (stuck), never raised."""
+    with world(make_app) as w:
+        w.drop_next("payment_succeeded", count=5)
+        for n in range(5):
+            w.pay(f"pay_budget_{n}")
+            w.frozen.tick(timedelta(seconds=1))
+        w.settle()
+        w.client.max_list_requests = 1
+        report = w.run(ReconcileOptions(kinds=["payments"], sweep_budget=0, page_size=2))
+        payments = report.kinds["payments"]
+        assert payments.requests >= 3 and not payments.incomplete, report.as_dict()
+        assert payments.recovered == Counter(payment_succeeded=5)
+        assert report.status == "ok"
+        # The run's own budget spent: the window is reported, the run goes on and says so.
+        w.advance(timedelta(hours=2))
+        tight = ReconcileOptions(
+            kinds=["payments"], mode="wide", sweep_budget=0, page_size=2, max_requests=1
+        )
+        report = w.run(tight)
+        incomplete = report.kinds["payments"].incomplete
+        assert len(incomplete) == 1 and "request budget of 1 requests" in incomplete[0]
+        assert report.status == "incomplete"

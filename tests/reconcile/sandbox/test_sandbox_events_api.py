@@ -136,6 +136,25 @@ def test_a_dropped_webhook_is_listed_with_its_exact_signed_bytes(
     assert len(admin.attempts(attempt["event_id"])) == 2
 
 
+def test_an_event_listed_before_its_request_is_recorded(
+    sb: Sandbox, inproc: Api, admin: Admin
+) -> None:
+    """A process killed mid-delivery: the event is listed, its attempt has no request yet."""
+    sb.faults.once("drop", event_type="payment_succeeded")
+    inproc.pay()
+    sb.deliver_due()
+    (event,) = sb.webhooks.events()
+    sb.webhooks.unrecord_request(event.event_id)
+    assert admin.list(is_delivered=False)["total_count"] == 1
+    (row,) = admin.attempts(event.event_id)
+    assert row["request"] is None and row["delivery_attempt"] == "initial_attempt"
+    sb.webhooks.record_request(event.event_id)
+    (row,) = admin.attempts(event.event_id)
+    assert row["request"]["body"].encode("utf-8") == event.body
+    with pytest.raises(LookupError):
+        sb.webhooks.unrecord_request("evt_unknown")
+
+
 def test_a_corrupted_signature_is_only_on_the_wire(
     sb: Sandbox, inproc: Api, admin: Admin, sender: RecordingSender
 ) -> None:
