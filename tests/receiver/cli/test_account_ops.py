@@ -132,12 +132,14 @@ def test_redact_and_prune_one_account_leave_the_others_rows(make_app: AppFactory
         "rejections": 1,
     }
     assert _by_account(
-        app, "SELECT account, count(*) FROM hookledger_event WHERE redacted_at IS NOT NULL "
-        "GROUP BY account"
+        app,
+        "SELECT account, count(*) FROM hookledger_event WHERE redacted_at IS NOT NULL "
+        "GROUP BY account",
     ) == {"eu": 1}
     assert _by_account(
-        app, "SELECT account, count(*) FROM hookledger_rejection WHERE body IS NOT NULL "
-        "GROUP BY account"
+        app,
+        "SELECT account, count(*) FROM hookledger_rejection WHERE body IS NOT NULL "
+        "GROUP BY account",
     ) == {"us": 1}
     us_done = store.operations.get("evt_done", account="us")
     assert us_done is not None and us_done.redacted_at is None
@@ -266,3 +268,17 @@ def store_pk(app: Flask, event_id: str, account: str) -> int:
     row = _store(app).operations.get(event_id, account=account)
     assert row is not None and row.id is not None
     return row.id
+
+
+def test_requeue_with_an_account_requeues_that_accounts_dead_letters_only(
+    make_app: AppFactory,
+) -> None:
+    app = _app(make_app)
+    _fill(app)
+    result = _cli(app, "requeue", "--account", "eu", "--json")
+    assert result.exit_code == 0, result.output
+    requeued = json.loads(result.output)["requeued"]
+    assert [(r["account"], r["event_id"]) for r in requeued] == [("eu", "evt_dead")]
+    operations = _store(app).operations
+    assert operations.get("evt_dead", account="us").status == "dead"  # type: ignore[union-attr]
+    assert operations.get("evt_dead", account="eu").status == "pending"  # type: ignore[union-attr]
