@@ -15,6 +15,9 @@ bodies operators kept of rejected deliveries. A redacted row has no body left to
 it keeps its hash under the key it had (the report counts them; keep that key configured
 until they are pruned if duplicates of them must still be told from conflicts).
 
+``accounts`` limits the status and the run to those accounts' rows (empty: every account,
+and the rejected deliveries that named none); the ledger's error texts follow their events.
+
 A row sealed with a key that is not configured, or that does not open, is reported (by table,
 id and key) and skipped; the run goes on.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +49,8 @@ class RotationReport:
     """What a rotation did, and what is left."""
 
     primary: str
+    #: The accounts it was limited to (``None``: every account).
+    accounts: list[str] | None = None
     rotated: Counter[str] = field(default_factory=Counter)
     #: Rows that could not be opened, by the key they are sealed with.
     unreadable: Counter[str] = field(default_factory=Counter)
@@ -65,6 +70,7 @@ class RotationReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "primary": self.primary,
+            "accounts": self.accounts,
             "complete": self.complete,
             "rotated": dict(self.rotated),
             "unreadable": dict(self.unreadable),
@@ -77,7 +83,8 @@ class RotationReport:
 
     def render(self) -> str:
         rotated = ", ".join(f"{n} {t}" for t, n in sorted(self.rotated.items())) or "nothing"
-        lines = [f"rotate-keys: primary {self.primary!r}; sealed again: {rotated}"]
+        scope = f" in account(s) {', '.join(self.accounts)}" if self.accounts else ""
+        lines = [f"rotate-keys{scope}: primary {self.primary!r}; sealed again: {rotated}"]
         left = {t: n for t, n in self.remaining.items() if n}
         if left:
             lines.append(
@@ -124,44 +131,69 @@ class KeyRotation:
 
     # -- what is left ---------------------------------------------------------------------
 
-    def _pending(self) -> dict[str, Any]:
-        """Per table: the rows not yet under the primary key (a SQL condition)."""
+    def _pending(self, accounts: Collection[str] = ()) -> dict[str, Any]:
+        """Per table: the rows not yet under the primary key (a SQL condition), of
+        ``accounts`` only when given."""
         p = self.primary
         token = f"{{enc1:{p}:"
         escaped = p.replace("!", "!!").replace("_", "!_").replace("%", "!%")
+        handler_runs = []
+        if accounts:
+            handler_runs.append(
+                HANDLER_RUN.c.event_pk.in_(
+                    select(EVENT.c.id).where(*of_accounts(EVENT, accounts)).scalar_subquery()
+                )
+            )
         return {
-            "events": or_(
-                and_(EVENT.c.redacted_at.is_(None), _not_key(EVENT, p)),
-                and_(
-                    EVENT.c.last_error.is_not(None),
-                    func.replace(EVENT.c.last_error, token, "").like("%{enc1:%"),
+            "events": and_(
+                or_(
+                    and_(EVENT.c.redacted_at.is_(None), _not_key(EVENT, p)),
+                    and_(
+                        EVENT.c.last_error.is_not(None),
+                        func.replace(EVENT.c.last_error, token, "").like("%{enc1:%"),
+                    ),
                 ),
+                *of_accounts(EVENT, accounts),
             ),
-            "conflicts": and_(CONFLICT.c.redacted_at.is_(None), _not_key(CONFLICT, p)),
-            "rejections": and_(REJECTION.c.body.is_not(None), _not_key(REJECTION, p)),
+            "conflicts": and_(
+                CONFLICT.c.redacted_at.is_(None),
+                _not_key(CONFLICT, p),
+                *of_accounts(CONFLICT, accounts),
+            ),
+            "rejections": and_(
+                REJECTION.c.body.is_not(None),
+                _not_key(REJECTION, p),
+                *of_accounts(REJECTION, accounts),
+            ),
             "handler_errors": and_(
                 HANDLER_RUN.c.last_error.is_not(None),
                 HANDLER_RUN.c.last_error.not_like(f"{{enc1:{escaped}:%", escape="!"),
+                *handler_runs,
             ),
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self, *, accounts: Collection[str] = ()) -> dict[str, Any]:
         """Rows by data key (``null``: in the clear), what is left to rotate, and the
-        redacted rows whose hash is keyed with another key."""
-        pending = self._pending()
+        redacted rows whose hash is keyed with another key; of ``accounts`` only when given
+        (``accounts`` in the answer: ``None`` for every account)."""
+        pending = self._pending(accounts)
         tables: dict[str, Table] = {
             "events": EVENT,
             "conflicts": CONFLICT,
             "rejections": REJECTION,
             "handler_errors": HANDLER_RUN,
         }
-        out: dict[str, Any] = {"primary": self.primary, "keys": list(self.storage.keyring.ids)}
+        out: dict[str, Any] = {
+            "primary": self.primary,
+            "keys": list(self.storage.keyring.ids),
+            "accounts": sorted(set(accounts)) or None,
+        }
         with self.storage.deferred.connect() as conn:
             by_key: dict[str, dict[str, int]] = {}
             for name, table in (("events", EVENT), ("conflicts", CONFLICT)):
                 rows = conn.execute(
                     select(table.c.key_id, func.count())
-                    .where(table.c.redacted_at.is_(None))
+                    .where(table.c.redacted_at.is_(None), *of_accounts(table, accounts))
                     .group_by(table.c.key_id)
                 ).all()
                 by_key[name] = {str(k) if k is not None else "null": int(n) for k, n in rows}
@@ -174,16 +206,20 @@ class KeyRotation:
                 )
                 for name, where in pending.items()
             }
-            out["redacted_elsewhere"] = self._redacted_elsewhere(conn)
+            out["redacted_elsewhere"] = self._redacted_elsewhere(conn, accounts)
         return out
 
-    def _redacted_elsewhere(self, conn: Any) -> dict[str, int]:
+    def _redacted_elsewhere(self, conn: Any, accounts: Collection[str] = ()) -> dict[str, int]:
         p = self.primary
         counts: Counter[str] = Counter()
         for table in (EVENT, CONFLICT):
             for key_id, n in conn.execute(
                 select(table.c.key_id, func.count())
-                .where(table.c.redacted_at.is_not(None), _not_key(table, p))
+                .where(
+                    table.c.redacted_at.is_not(None),
+                    _not_key(table, p),
+                    *of_accounts(table, accounts),
+                )
                 .group_by(table.c.key_id)
             ):
                 counts["unkeyed" if key_id is None else str(key_id)] += int(n)
@@ -197,11 +233,13 @@ class KeyRotation:
         stop: threading.Event | None = None,
         progress: Callable[[int], None] | None = None,
         max_passes: int = 5,
+        accounts: Collection[str] = (),
     ) -> RotationReport:
-        """Seal again everything not under the primary key; see the module docstring."""
+        """Seal again everything not under the primary key (of ``accounts`` only, when
+        given); see the module docstring."""
         started = time.monotonic()
-        report = RotationReport(primary=self.primary)
-        pending = self._pending()
+        report = RotationReport(primary=self.primary, accounts=sorted(set(accounts)) or None)
+        pending = self._pending(accounts)
         steps: list[tuple[str, Callable[..., int]]] = [
             ("events", self._events_pass),
             ("conflicts", self._conflicts_pass),
@@ -216,7 +254,7 @@ class KeyRotation:
                 done = one_pass(pending[name], report, stop, progress)
                 if not done:
                     break  # nothing more could be done (what is left is unreadable or busy)
-        status = self.status()
+        status = self.status(accounts=accounts)
         report.remaining = status["remaining"]
         report.redacted_elsewhere = status["redacted_elsewhere"]
         report.seconds = time.monotonic() - started
@@ -373,7 +411,7 @@ class KeyRotation:
                 self._unreadable(report, f"hookledger_event_conflict #{row.id}", exc)
                 return None
             digest = keyring.digest(body, p)
-            if conflict_recorded(conn, row.event_id, digest, row.id):
+            if conflict_recorded(conn, row.account, row.event_id, digest, row.id):
                 # The same body was recorded again under another key (its hash differed):
                 # now that both hashes agree, one record is enough.
                 conn.execute(delete(CONFLICT).where(CONFLICT.c.id == row.id))
@@ -402,6 +440,7 @@ class KeyRotation:
         )
         columns = (
             CONFLICT.c.id,
+            CONFLICT.c.account,
             CONFLICT.c.event_id,
             CONFLICT.c.body,
             CONFLICT.c.headers,
@@ -506,11 +545,13 @@ class KeyRotation:
         )
 
 
-def conflict_recorded(conn: Any, event_id: str, digest: str, other_than: int) -> bool:
-    """Whether another conflict record holds the body hashed ``digest`` for ``event_id``."""
+def conflict_recorded(conn: Any, account: str, event_id: str, digest: str, other_than: int) -> bool:
+    """Whether another conflict record of ``account`` holds the body hashed ``digest`` for
+    ``event_id`` (another account's record of the same id is another event's)."""
     return (
         conn.execute(
             select(CONFLICT.c.id).where(
+                CONFLICT.c.account == account,
                 CONFLICT.c.event_id == event_id,
                 CONFLICT.c.body_sha256 == digest,
                 CONFLICT.c.id != other_than,
@@ -523,3 +564,8 @@ def conflict_recorded(conn: Any, event_id: str, digest: str, other_than: int) ->
 def _not_key(table: Table, key_id: str) -> Any:
     """``table.key_id IS DISTINCT FROM key_id`` (rows in the clear, or under another key)."""
     return or_(table.c.key_id.is_(None), table.c.key_id != key_id)
+
+
+def of_accounts(table: Table, accounts: Collection[str]) -> list[Any]:
+    """The condition limiting ``table`` to ``accounts`` (none when empty: every account)."""
+    return [table.c.account.in_(sorted(set(accounts)))] if accounts else []

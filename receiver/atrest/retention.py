@@ -14,6 +14,10 @@ each past its own age (:class:`receiver.config.data_at_rest.RetentionPolicy`). O
 touched. The scheduler process runs both every night (``reconcile schedule``), pruning
 first (nothing is redacted that is about to be deleted).
 
+Both take ``accounts``: only those accounts' rows are touched (empty: every account, and
+the rejected deliveries that named none). Pruning one account never deletes another's rows;
+an account removed from the configuration keeps its history until it is pruned for it.
+
 Both work in batches of short transactions (on SQLite they leave the write lock free between
 batches, as the worker does, so webhooks are not starved).
 """
@@ -22,14 +26,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Table, and_, bindparam, delete, func, select, update
 
-from receiver.atrest.key_rotation import conflict_recorded
+from receiver.atrest.key_rotation import conflict_recorded, of_accounts
 from receiver.config.data_at_rest import RetentionPolicy
 from receiver.core.errors import DataUnavailable
 from receiver.storage.context import Storage
@@ -51,6 +55,8 @@ class RetentionReport:
 
     policy: str
     dry_run: bool = False
+    #: The accounts it was limited to (``None``: every account).
+    accounts: list[str] | None = None
     redacted: dict[str, int] = field(default_factory=dict)
     pruned: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -59,6 +65,7 @@ class RetentionReport:
         return {
             "policy": self.policy,
             "dry_run": self.dry_run,
+            "accounts": self.accounts,
             "redacted": dict(self.redacted),
             "pruned": dict(self.pruned),
             "seconds": round(self.seconds, 3),
@@ -68,8 +75,9 @@ class RetentionReport:
         verb = "would be " if self.dry_run else ""
         redacted = ", ".join(f"{n} {k}" for k, n in self.redacted.items()) or "nothing"
         pruned = ", ".join(f"{n} {k}" for k, n in self.pruned.items()) or "nothing"
+        scope = f" in account(s) {', '.join(self.accounts)}" if self.accounts else ""
         return (
-            f"retention ({self.policy}): {verb}pruned {pruned}; {verb}redacted {redacted} "
+            f"retention ({self.policy}){scope}: {verb}pruned {pruned}; {verb}redacted {redacted} "
             f"in {self.seconds:.2f} s"
         )
 
@@ -84,15 +92,20 @@ class Retention:
     def __repr__(self) -> str:
         return f"Retention(dialect={self.storage.sql.name!r})"
 
-    def run(self, policy: RetentionPolicy, *, dry_run: bool = False) -> RetentionReport:
-        """Prune, then redact, as ``policy`` says (the scheduler's nightly job)."""
+    def run(
+        self, policy: RetentionPolicy, *, dry_run: bool = False, accounts: Collection[str] = ()
+    ) -> RetentionReport:
+        """Prune, then redact, as ``policy`` says (the scheduler's nightly job), in
+        ``accounts`` only (every account when empty)."""
         started = time.monotonic()
-        report = RetentionReport(policy=policy.describe(), dry_run=dry_run)
+        report = RetentionReport(
+            policy=policy.describe(), dry_run=dry_run, accounts=sorted(set(accounts)) or None
+        )
         # Pruning first: no need to redact what is about to be deleted.
-        report.pruned = self.prune(policy, dry_run=dry_run)
+        report.pruned = self.prune(policy, dry_run=dry_run, accounts=accounts)
         redact_age = policy.age("redact")
         if redact_age is not None:
-            report.redacted = self.redact(redact_age, dry_run=dry_run)
+            report.redacted = self.redact(redact_age, dry_run=dry_run, accounts=accounts)
         report.seconds = time.monotonic() - started
         log.info(
             "%s",
@@ -103,9 +116,12 @@ class Retention:
 
     # -- redaction ------------------------------------------------------------------------
 
-    def redact(self, older_than: timedelta, *, dry_run: bool = False) -> dict[str, int]:
+    def redact(
+        self, older_than: timedelta, *, dry_run: bool = False, accounts: Collection[str] = ()
+    ) -> dict[str, int]:
         """Drop the payloads of finished events, conflict records and rejected deliveries
-        received before ``now - older_than``; return how many rows of each were redacted.
+        received before ``now - older_than`` (of ``accounts`` only, when given); return how
+        many rows of each were redacted.
 
         A body hash that is not keyed with the primary data key is keyed with it on the
         way, while the body is still there (so no plain hash of a payload outlives it)."""
@@ -115,9 +131,18 @@ class Retention:
             EVENT.c.status.in_(FINISHED),
             EVENT.c.redacted_at.is_(None),
             EVENT.c.received_at < cutoff,
+            *of_accounts(EVENT, accounts),
         )
-        conflicts = and_(CONFLICT.c.redacted_at.is_(None), CONFLICT.c.received_at < cutoff)
-        rejections = and_(REJECTION.c.body.is_not(None), REJECTION.c.received_at < cutoff)
+        conflicts = and_(
+            CONFLICT.c.redacted_at.is_(None),
+            CONFLICT.c.received_at < cutoff,
+            *of_accounts(CONFLICT, accounts),
+        )
+        rejections = and_(
+            REJECTION.c.body.is_not(None),
+            REJECTION.c.received_at < cutoff,
+            *of_accounts(REJECTION, accounts),
+        )
         if dry_run:
             return {
                 "events": self._count(EVENT, events),
@@ -187,7 +212,9 @@ class Retention:
         if primary is None:
             return
         rows = conn.execute(
-            select(table.c.id, table.c.event_id, table.c.body, table.c.key_id).where(
+            select(
+                table.c.id, table.c.account, table.c.event_id, table.c.body, table.c.key_id
+            ).where(
                 self.storage.sql.among(table.c.id, ids),
                 (table.c.key_id.is_(None)) | (table.c.key_id != primary),
             )
@@ -203,18 +230,23 @@ class Retention:
             except DataUnavailable:
                 continue  # its key is gone: it keeps the hash it has
             digest = keyring.digest(body, primary)
-            if table is CONFLICT and conflict_recorded(conn, row.event_id, digest, row.id):
+            if table is CONFLICT and conflict_recorded(
+                conn, row.account, row.event_id, digest, row.id
+            ):
                 conn.execute(delete(CONFLICT).where(CONFLICT.c.id == row.id))  # a copy
                 continue
             conn.execute(rekey, {"r_id": row.id, "r_hash": digest, "r_key": primary})
 
     # -- pruning --------------------------------------------------------------------------
 
-    def prune(self, policy: RetentionPolicy, *, dry_run: bool = False) -> dict[str, int]:
+    def prune(
+        self, policy: RetentionPolicy, *, dry_run: bool = False, accounts: Collection[str] = ()
+    ) -> dict[str, int]:
         """Delete what ``policy`` no longer keeps: finished events (``done``), dead letters
-        (``dead``), with their ledger rows; conflict records; rejected deliveries. Open events
-        are never deleted; transitions and projections are kept, so the guard and the
-        transition-once rule still hold for pruned history."""
+        (``dead``), with their ledger rows; conflict records; rejected deliveries; of
+        ``accounts`` only, when given (never another account's rows). Open events are never
+        deleted; transitions and projections are kept, so the guard and the transition-once
+        rule still hold for pruned history."""
         now = self.storage.now()
         counts: dict[str, int] = {}
         kinds: list[tuple[str, Table, Any]] = []
@@ -223,7 +255,11 @@ class Retention:
                 (
                     "events",
                     EVENT,
-                    and_(EVENT.c.status.in_(FINISHED), EVENT.c.received_at < now - age),
+                    and_(
+                        EVENT.c.status.in_(FINISHED),
+                        EVENT.c.received_at < now - age,
+                        *of_accounts(EVENT, accounts),
+                    ),
                 )
             )
         if (age := policy.age("dead")) is not None:
@@ -231,13 +267,29 @@ class Retention:
                 (
                     "dead",
                     EVENT,
-                    and_(EVENT.c.status == EventStatus.DEAD, EVENT.c.received_at < now - age),
+                    and_(
+                        EVENT.c.status == EventStatus.DEAD,
+                        EVENT.c.received_at < now - age,
+                        *of_accounts(EVENT, accounts),
+                    ),
                 )
             )
         if (age := policy.age("conflicts")) is not None:
-            kinds.append(("conflicts", CONFLICT, CONFLICT.c.received_at < now - age))
+            kinds.append(
+                (
+                    "conflicts",
+                    CONFLICT,
+                    and_(CONFLICT.c.received_at < now - age, *of_accounts(CONFLICT, accounts)),
+                )
+            )
         if (age := policy.age("rejected")) is not None:
-            kinds.append(("rejections", REJECTION, REJECTION.c.received_at < now - age))
+            kinds.append(
+                (
+                    "rejections",
+                    REJECTION,
+                    and_(REJECTION.c.received_at < now - age, *of_accounts(REJECTION, accounts)),
+                )
+            )
         for name, table, old in kinds:
             if dry_run:
                 counts[name] = self._count(table, old)

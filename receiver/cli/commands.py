@@ -163,7 +163,14 @@ def worker_cmd(
     if metrics_port is not None:
         from receiver.web.metrics import serve_worker_metrics
 
-        serve_worker_metrics(metrics_port, metrics_host, engine=state.store.engine)
+        serve_worker_metrics(
+            metrics_port,
+            metrics_host,
+            engine=state.store.engine,
+            account_label=state.settings.metrics_account_label,
+            account_label_max=state.settings.metrics_account_label_max,
+            known_accounts=[a.id for a in state.settings.accounts],
+        )
     click.echo(f"hookledger worker {worker.name} started", err=True)
     count = worker.run(burst=burst)
     click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)

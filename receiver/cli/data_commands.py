@@ -6,6 +6,10 @@
   ``retention`` does both, as the scheduler does every night;
 - ``rejections`` lists the rejected deliveries and sums them up.
 
+``rotate-keys``, ``redact``, ``prune``, ``retention`` and ``keys status`` take ``--account ID``
+(repeatable): only those accounts' rows (default: every account). A removed account's
+history stays until it is pruned for it.
+
 Errors are one line on stderr and a non-zero exit; ``--json`` where ops will script it.
 """
 
@@ -27,6 +31,7 @@ from sqlalchemy.exc import DBAPIError
 
 import receiver.storage.database as db
 from receiver.cli.common import describe_error, read_only
+from receiver.cli.context import account_option
 from receiver.config.data_at_rest import RetentionPolicy
 from receiver.core.errors import HookledgerError
 from receiver.core.keyring import KEY_ID, generate_key
@@ -59,6 +64,11 @@ def _store() -> Store:
     return store
 
 
+def _scope(accounts: tuple[str, ...]) -> str:
+    """`` in account(s) eu, us`` when the command was limited to accounts, else nothing."""
+    return f" in account(s) {', '.join(accounts)}" if accounts else ""
+
+
 # -- keys ---------------------------------------------------------------------------------
 
 
@@ -89,13 +99,14 @@ def keys_new(key_id: str | None) -> None:
 
 
 @keys_group.command("status")
+@account_option("Only rows of this processor account (repeatable; default: all).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @read_only
 @with_appcontext
-def keys_status(as_json: bool) -> None:
+def keys_status(accounts: tuple[str, ...], as_json: bool) -> None:
     """Rows by data key, and what `rotate-keys` has left to do."""
     try:
-        status = _store().rotation.status()
+        status = _store().rotation.status(accounts=accounts)
     except HookledgerError as exc:
         _fail(exc.message)
     if as_json:
@@ -130,11 +141,14 @@ def keys_status(as_json: bool) -> None:
     show_default=True,
     help="Rows per transaction.",
 )
+@account_option("Only rows of this processor account (repeatable; default: all).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be sealed again.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @read_only
 @with_appcontext
-def rotate_keys_cmd(batch_size: int, dry_run: bool, as_json: bool) -> None:
+def rotate_keys_cmd(
+    batch_size: int, accounts: tuple[str, ...], dry_run: bool, as_json: bool
+) -> None:
     """Seal again, with the primary data key, everything sealed with another key or stored
     in the clear. Runs while the system runs, in short batches; stop it any time (SIGINT or
     SIGTERM finish the batch) and run it again to go on. Exit 0 when complete, 1 when rows
@@ -143,7 +157,7 @@ def rotate_keys_cmd(batch_size: int, dry_run: bool, as_json: bool) -> None:
     rotation = store.rotation
     rotation.batch_size = batch_size
     try:
-        status = rotation.status()
+        status = rotation.status(accounts=accounts)
     except HookledgerError as exc:
         _fail(exc.message)
     if dry_run:
@@ -152,7 +166,7 @@ def rotate_keys_cmd(batch_size: int, dry_run: bool, as_json: bool) -> None:
         else:
             left = {t: n for t, n in status["remaining"].items() if n}
             click.echo(
-                f"rotate-keys: primary {status['primary']!r}; would seal again: "
+                f"rotate-keys{_scope(accounts)}: primary {status['primary']!r}; would seal again: "
                 + (", ".join(f"{n} {t}" for t, n in left.items()) if left else "nothing")
             )
         return
@@ -167,9 +181,9 @@ def rotate_keys_cmd(batch_size: int, dry_run: bool, as_json: bool) -> None:
     total = sum(status["remaining"].values())
     if sys.stderr.isatty() and not as_json and total:
         with click.progressbar(length=total, label="sealing again", file=sys.stderr) as bar:
-            report = rotation.run(stop=stop, progress=bar.update)
+            report = rotation.run(stop=stop, progress=bar.update, accounts=accounts)
     else:
-        report = rotation.run(stop=stop)
+        report = rotation.run(stop=stop, accounts=accounts)
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     else:
@@ -217,6 +231,7 @@ def _policy(**overrides: float | None) -> RetentionPolicy:
     help="Former option: dead letters at the --older-than-days age too.",
 )
 @click.option("--keep-dead", is_flag=True, help="Never delete dead letters this time.")
+@account_option("Only rows of this processor account (repeatable; default: all).")
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @read_only
@@ -229,13 +244,15 @@ def prune_cmd(
     older_than_days: float | None,
     include_dead: bool,
     keep_dead: bool,
+    accounts: tuple[str, ...],
     dry_run: bool,
     as_json: bool,
 ) -> None:
     """Delete finished events, dead letters, conflicts and rejected deliveries past their
     ages (HOOKLEDGER_RETENTION_DAYS: done=90, dead=180, conflicts=90, rejected=14 by default).
     Open events are never deleted; transitions and projections are kept, so the guard still
-    holds for pruned history."""
+    holds for pruned history. With --account, only those accounts' rows (a removed
+    account's history stays until it is pruned for it)."""
     if older_than_days is not None:
         done_days = done_days if done_days is not None else older_than_days
         conflict_days = conflict_days if conflict_days is not None else older_than_days
@@ -246,13 +263,22 @@ def prune_cmd(
     )
     if keep_dead:
         policy = dataclasses.replace(policy, dead=None)
-    counts = _store().retention.prune(policy, dry_run=dry_run)
+    counts = _store().retention.prune(policy, dry_run=dry_run, accounts=accounts)
     if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, "policy": policy.describe(), **counts}))
+        click.echo(
+            json.dumps(
+                {
+                    "dry_run": dry_run,
+                    "policy": policy.describe(),
+                    "accounts": list(accounts) or None,
+                    **counts,
+                }
+            )
+        )
         return
     verb = "would be pruned" if dry_run else "pruned"
     shown = ", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing (every age is never)"
-    click.echo(f"{shown} {verb} ({policy.describe()})")
+    click.echo(f"{shown} {verb}{_scope(accounts)} ({policy.describe()})")
 
 
 @click.command("redact")
@@ -262,11 +288,14 @@ def prune_cmd(
     default=None,
     help="Redact what was received more than N days ago (default: the policy's redact age).",
 )
+@account_option("Only rows of this processor account (repeatable; default: all).")
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @read_only
 @with_appcontext
-def redact_cmd(older_than_days: float | None, dry_run: bool, as_json: bool) -> None:
+def redact_cmd(
+    older_than_days: float | None, accounts: tuple[str, ...], dry_run: bool, as_json: bool
+) -> None:
     """Drop the bodies, headers and error texts of finished events and conflict records (and
     kept rejected bodies) older than N days. The rows, ledger, transitions and projections
     stay: a retry of a redacted event is still a duplicate, a stale one still stale. Dead
@@ -278,27 +307,40 @@ def redact_cmd(older_than_days: float | None, dry_run: bool, as_json: bool) -> N
             _fail("redaction is off (redact=never in HOOKLEDGER_RETENTION_DAYS)")
     if days < 1:
         _fail("--older-than-days must be at least 1 (the processor retries for about 24 h)")
-    counts = _store().retention.redact(timedelta(days=days), dry_run=dry_run)
+    counts = _store().retention.redact(timedelta(days=days), dry_run=dry_run, accounts=accounts)
     if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, "older_than_days": days, **counts}))
+        click.echo(
+            json.dumps(
+                {
+                    "dry_run": dry_run,
+                    "older_than_days": days,
+                    "accounts": list(accounts) or None,
+                    **counts,
+                }
+            )
+        )
         return
     verb = "would be redacted" if dry_run else "redacted"
     click.echo(
         f"{counts['events']} event(s), {counts['conflicts']} conflict(s) and "
         f"{counts['rejections']} rejected body(ies) older than {days:g} days {verb}"
+        f"{_scope(accounts)}"
     )
 
 
 @click.command("retention")
+@account_option("Only rows of this processor account (repeatable; default: all).")
 @click.option("--dry-run", is_flag=True, help="Only count.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @read_only
 @with_appcontext
-def retention_cmd(dry_run: bool, as_json: bool) -> None:
+def retention_cmd(accounts: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     """Prune, then redact, as HOOKLEDGER_RETENTION_DAYS says (what the scheduler process
     runs every night)."""
     state = _state()
-    report = _store().retention.run(state.settings.data.retention, dry_run=dry_run)
+    report = _store().retention.run(
+        state.settings.data.retention, dry_run=dry_run, accounts=accounts
+    )
     click.echo(json.dumps(report.as_dict()) if as_json else report.render())
 
 

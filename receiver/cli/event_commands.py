@@ -15,9 +15,11 @@ from flask.cli import with_appcontext
 import receiver.storage.operator_reads as queries
 from receiver.cli.common import (
     EXIT_PROBLEM,
+    EXIT_USAGE,
     read_only,
 )
-from receiver.cli.context import app_state, checked_engine, fail, utc_option
+from receiver.cli.context import account_option, app_state, checked_engine, fail, utc_option
+from receiver.core.accounts import is_account_id
 from receiver.core.errors import HookledgerError
 from receiver.core.events import parse_event
 from receiver.core.masking import mask_body, mask_headers
@@ -30,9 +32,7 @@ def _filter_options(func: Any) -> Any:
         click.option("--id", "pks", type=int, multiple=True, help="Inbox row id (repeatable)."),
         click.option("--event-id", "event_ids", multiple=True, help="Event id (repeatable)."),
         click.option("--type", "event_types", multiple=True, help="Event type (repeatable)."),
-        click.option(
-            "--account", "accounts", multiple=True, help="Processor account (repeatable)."
-        ),
+        account_option(),
         click.option(
             "--since", type=click.DateTime(), default=None, help="Received at or after (UTC)."
         ),
@@ -53,6 +53,7 @@ def _filter_options(func: Any) -> Any:
 def _row(e: InboxEvent) -> dict[str, Any]:
     return {
         "id": e.id,
+        "account": e.account,
         "event_id": e.event_id,
         "event_type": e.event_type,
         "object": e.object_key,
@@ -148,9 +149,7 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     help="Only events in these statuses (repeatable).",
 )
 @click.option("--type", "event_types", multiple=True, help="Only events of these types.")
-@click.option(
-    "--account", "accounts", multiple=True, help="Only events of these processor accounts."
-)
+@account_option("Only events of these processor accounts (repeatable).")
 @click.option(
     "--source",
     "sources",
@@ -236,18 +235,39 @@ def events_cmd(
 
 @click.command("show")
 @click.argument("event")
+@click.option(
+    "--account",
+    "account",
+    default=None,
+    metavar="ID",
+    help="The processor account whose event it is (needed when the event id is in several).",
+)
 @click.option("--body", "with_body", is_flag=True, help="Also print the body (secrets masked).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @read_only
 @with_appcontext
-def show_cmd(event: str, with_body: bool, as_json: bool) -> None:
+def show_cmd(event: str, account: str | None, with_body: bool, as_json: bool) -> None:
     """One event (EVENT: its inbox id, #id, or event id): its headers, the guard's decision,
     its object's transitions and projection, and each handler's ledger row with the
-    traceback of its last failure."""
+    traceback of its last failure. An event id is unique per account: when several
+    accounts have it, name one with --account (exit 2 otherwise, listing them)."""
+    if account is not None and not is_account_id(account):
+        fail(f"{account[:80]!r} is not an account id", EXIT_USAGE)
     engine = checked_engine()
-    detail = queries.find_event(engine, event, keyring=app_state().store.keyring)
+    try:
+        detail = queries.find_event(
+            engine, event, keyring=app_state().store.keyring, account=account
+        )
+    except queries.AmbiguousEvent as exc:
+        fail(
+            f"event {event!r} is in {len(exc.accounts)} accounts ({', '.join(exc.accounts)}): "
+            "pass --account to choose one",
+            EXIT_USAGE,
+        )
+        return
     if detail is None:
-        fail(f"no event {event!r}", EXIT_PROBLEM)
+        where = f" in account {account!r}" if account is not None else ""
+        fail(f"no event {event!r}{where}", EXIT_PROBLEM)
         return
     r = detail.row
     data: dict[str, Any] = {
@@ -292,6 +312,7 @@ def show_cmd(event: str, with_body: bool, as_json: bool) -> None:
         return
     out = [
         f"#{r.id} {r.event_id} {r.event_type}",
+        f"  account    {r.account}",
         f"  status     {r.status} (attempts {r.attempts}, source {r.source})",
         f"  object     {r.object_key} reported {r.object_status or '-'}"
         + (f" / {r.object_stage}" if r.object_stage else ""),
@@ -357,6 +378,7 @@ def conflicts_cmd(limit: int, offset: int, as_json: bool) -> None:
     rows = [
         {
             "id": c.id,
+            "account": c.account,
             "event_id": c.event_id,
             "event_type": c.event_type,
             "event_pk": c.event_pk,

@@ -47,6 +47,10 @@ DOCUMENTED: Mapping[str, str] = {
     "DEFER_LIMIT": "seconds after receipt an event may still be deferred by a handler "
     "(default 86400), then it is dead-lettered",
     "AUTO_MIGRATE": "apply hookledger's migrations in init_app (default off; for development)",
+    "METRICS_ACCOUNT_LABEL": "add an 'account' label to the receive and dispatch metrics "
+    "(default off: names and labels as with one account)",
+    "METRICS_ACCOUNT_LABEL_MAX": "accounts that get their own 'account' label value, at most "
+    "(default 100; any further one is 'other')",
     "STORED_HEADERS": "request headers stored with each webhook besides "
     + ", ".join(sorted(DEFAULT_STORED_HEADERS))
     + " (comma-separated names; all others are dropped before storage)",
@@ -82,6 +86,10 @@ class Settings:
     #: Header names (lower case) stored besides
     #: :data:`receiver.core.headers.DEFAULT_STORED_HEADERS`.
     stored_headers: tuple[str, ...] = ()
+    #: An ``account`` label on the receive and dispatch metrics (:mod:`receiver.web.metrics`),
+    #: for at most ``metrics_account_label_max`` accounts (any further one is ``other``).
+    metrics_account_label: bool = False
+    metrics_account_label_max: int = 100
     #: Data keys, retention, the rejected-deliveries log, the maximum event age.
     data: DataAtRest = field(default_factory=DataAtRest)
 
@@ -155,6 +163,8 @@ class Settings:
                 defer_limit=float(get("DEFER_LIMIT", 86_400.0)),
                 auto_migrate=_bool(get("AUTO_MIGRATE", False)),
                 stored_headers=parse_header_names(get("STORED_HEADERS")),
+                metrics_account_label=_bool(get("METRICS_ACCOUNT_LABEL", False)),
+                metrics_account_label_max=int(get("METRICS_ACCOUNT_LABEL_MAX", 100)),
                 data=DataAtRest.resolve(get),
             )
         except (TypeError, ValueError) as exc:
@@ -165,6 +175,8 @@ class Settings:
             raise ConfigurationError("BATCH_SIZE must be between 1 and 1000")
         if settings.defer_limit < 0:
             raise ConfigurationError("DEFER_LIMIT must not be negative")
+        if settings.metrics_account_label_max < 0:
+            raise ConfigurationError("METRICS_ACCOUNT_LABEL_MAX must not be negative")
         if settings.max_attempts < 1:
             raise ConfigurationError("MAX_ATTEMPTS must be at least 1")
         return settings

@@ -13,7 +13,9 @@ change is committed, with keyword arguments only::
 
 The sender is the Flask app when an application context is active (the web process,
 ``hookledger worker``), else ``None``; connect without a sender (as above) to receive every
-one. Every event signal carries ``event_id`` and ``event_type``; no signal carries a body,
+one. Every event signal carries ``event_id``, ``event_type`` and ``account`` (the processor
+account, :mod:`receiver.core.accounts`; on ``event_rejected`` ``None`` when the delivery was
+refused before its account was known); no signal carries a body,
 a header, a secret or card data. A receiver that raises is logged and ignored: it never
 fails a delivery or a dispatch.
 """
@@ -132,7 +134,7 @@ __all__ = [
 ]
 
 
-def rejected(exc: Exception) -> None:
+def rejected(exc: Exception, account: str | None = None) -> None:
     """Send :data:`event_rejected` for a refused delivery (from the receive view), under
     the reason its error class declares (``signal_reason``, one per code): nothing falls
     through to ``storage_unavailable``."""
@@ -141,13 +143,19 @@ def rejected(exc: Exception) -> None:
         reason=str(getattr(exc, "signal_reason", "rejected")),
         status=getattr(exc, "http_status", 500),
         code=getattr(exc, "code", None),
+        account=account,
     )
 
 
 def received(event: Any, result: str, secret_id: str | None) -> None:
     """Send :data:`event_received` (and :data:`event_conflict` for a conflicting body) for a
     stored delivery (from the receive view, after the commit)."""
-    info = {"event_id": event.event_id, "event_type": event.event_type, "source": "webhook"}
+    info = {
+        "event_id": event.event_id,
+        "event_type": event.event_type,
+        "source": "webhook",
+        "account": getattr(event, "account", None),
+    }
     send(event_received, **info, result=result, secret_id=secret_id)
     if result == "conflict":
         send(event_conflict, **info)

@@ -159,17 +159,8 @@ class Operations:
         wanted = tuple(flt.statuses) or (EventStatus.DEAD,)
         if not set(wanted) <= set(requeueable):
             raise ValueError("only dead or pending events can be requeued")
-        chosen = self.select_events(
-            EventFilter(
-                pks=flt.pks,
-                event_ids=flt.event_ids,
-                event_types=flt.event_types,
-                statuses=wanted,
-                since=flt.since,
-                until=flt.until,
-                limit=flt.limit,
-            )
-        )
+        # Every other field of the filter holds (the accounts too: never another's events).
+        chosen = self.select_events(replace(flt, statuses=wanted))
         refuse_redacted(chosen, "requeued")
         if dry_run or not chosen:
             return chosen

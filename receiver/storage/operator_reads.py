@@ -80,6 +80,8 @@ class EventRow:
     """An inbox row as listed (without its body)."""
 
     id: int
+    #: The processor account the event belongs to (:mod:`receiver.core.accounts`).
+    account: str
     event_id: str
     event_type: str | None
     status: str
@@ -110,6 +112,7 @@ class EventRow:
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
+            "account": self.account,
             "event_id": self.event_id,
             "event_type": self.event_type,
             "status": self.status,
@@ -169,6 +172,7 @@ class ProjectionRow:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ConflictRow:
     id: int
+    account: str
     event_id: str
     source: str
     received_at: datetime
@@ -201,6 +205,7 @@ def _event_row(r: Any, keyring: Keyring = _CLEAR) -> EventRow:
     says why instead: see :func:`receiver.storage.sealed_columns.open_error`)."""
     return EventRow(
         id=int(r.id),
+        account=r.account,
         event_id=r.event_id,
         event_type=r.event_type,
         status=r.status,
@@ -274,19 +279,41 @@ def event_pks(engine: Engine, q: EventQuery, *, cap: int = 10_000) -> list[int]:
         return [int(r[0]) for r in conn.execute(stmt)]
 
 
-def find_event(engine: Engine, ref: str, *, keyring: Keyring | None = None) -> EventDetail | None:
+class AmbiguousEvent(LookupError):
+    """An event id stored in several accounts, looked up without naming one."""
+
+    def __init__(self, event_id: str, accounts: Sequence[str]) -> None:
+        super().__init__(f"event {event_id!r} is in accounts {', '.join(accounts)}")
+        self.event_id = event_id
+        self.accounts = tuple(accounts)
+
+
+def find_event(
+    engine: Engine, ref: str, *, keyring: Keyring | None = None, account: str | None = None
+) -> EventDetail | None:
     """One event by inbox id (``123`` or ``#123``) or by event id, with its details; its body,
     headers and error texts opened with ``keyring`` (a body that cannot be opened is replaced
-    by a note saying why)."""
+    by a note saying why).
+
+    An event id is unique per account: with ``account``, only that account's event is found;
+    without, an event id stored in several accounts raises :class:`AmbiguousEvent` (never
+    the first one found)."""
     keyring = keyring or _CLEAR
     ref = ref.strip()
     by_pk = ref.lstrip("#")
+    in_account = [E.c.account == account] if account is not None else []
     with deferred_begin(engine).connect() as conn:
         row = None
         if by_pk.isdigit():
-            row = conn.execute(select(E).where(E.c.id == int(by_pk))).first()
+            row = conn.execute(select(E).where(E.c.id == int(by_pk), *in_account)).first()
         if row is None:
-            row = conn.execute(select(E).where(E.c.event_id == ref)).first()
+            found = conn.execute(
+                select(E).where(E.c.event_id == ref, *in_account).order_by(E.c.id).limit(100)
+            ).all()
+            accounts = sorted({r.account for r in found})
+            if len(accounts) > 1:
+                raise AmbiguousEvent(ref, accounts)
+            row = found[0] if found else None
         if row is None:
             return None
         pk = int(row.id)
@@ -309,12 +336,20 @@ def find_event(engine: Engine, ref: str, *, keyring: Keyring | None = None) -> E
                 )
                 for r in conn.execute(
                     select(T)
-                    .where(T.c.object_kind == row.object_kind, T.c.object_id == row.object_id)
+                    .where(
+                        T.c.account == row.account,
+                        T.c.object_kind == row.object_kind,
+                        T.c.object_id == row.object_id,
+                    )
                     .order_by(T.c.created_at, T.c.state)
                 )
             )
             p = conn.execute(
-                select(P).where(P.c.object_kind == row.object_kind, P.c.object_id == row.object_id)
+                select(P).where(
+                    P.c.account == row.account,
+                    P.c.object_kind == row.object_kind,
+                    P.c.object_id == row.object_id,
+                )
             ).first()
             if p is not None:
                 projection = ProjectionRow(
@@ -326,7 +361,9 @@ def find_event(engine: Engine, ref: str, *, keyring: Keyring | None = None) -> E
                 )
         conflicts = int(
             conn.execute(
-                select(func.count()).select_from(C).where(C.c.event_id == row.event_id)
+                select(func.count())
+                .select_from(C)
+                .where(C.c.account == row.account, C.c.event_id == row.event_id)
             ).scalar_one()
         )
         replays = tuple(
@@ -361,6 +398,7 @@ def find_event(engine: Engine, ref: str, *, keyring: Keyring | None = None) -> E
 def _conflicts_query() -> Any:
     return select(
         C.c.id,
+        C.c.account,
         C.c.event_id,
         C.c.source,
         C.c.received_at,
@@ -368,12 +406,13 @@ def _conflicts_query() -> Any:
         C.c.secret_id,
         E.c.id.label("event_pk"),
         E.c.event_type,
-    ).select_from(C.outerjoin(E, E.c.event_id == C.c.event_id))
+    ).select_from(C.outerjoin(E, and_(E.c.account == C.c.account, E.c.event_id == C.c.event_id)))
 
 
 def _conflict_row(r: Any) -> ConflictRow:
     return ConflictRow(
         id=int(r.id),
+        account=r.account,
         event_id=r.event_id,
         source=r.source,
         received_at=as_utc(r.received_at),
@@ -414,17 +453,21 @@ def conflict_body(
         return f"[body {exc.message}]".encode()
 
 
-def status_counts(engine: Engine) -> dict[str, int]:
-    """Events by status (every status, zero included)."""
+def status_counts(engine: Engine, *, accounts: Sequence[str] = ()) -> dict[str, int]:
+    """Events by status (every status, zero included), of ``accounts`` only when given."""
+    where = [E.c.account.in_(list(accounts))] if accounts else []
     with deferred_begin(engine).connect() as conn:
         found = {
             str(s): int(n)
-            for s, n in conn.execute(select(E.c.status, func.count()).group_by(E.c.status))
+            for s, n in conn.execute(
+                select(E.c.status, func.count()).where(*where).group_by(E.c.status)
+            )
         }
     return {s: found.get(s, 0) for s in EventStatus.ALL}
 
 
 __all__ = [
+    "AmbiguousEvent",
     "ConflictRow",
     "EventDetail",
     "EventQuery",

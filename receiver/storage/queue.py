@@ -315,6 +315,7 @@ class Queue:
             signals.event_dead_lettered,
             event_id=head.event_id,
             event_type=head.event_type,
+            account=head.account,
             source=head.source,
             object_key=head.object_key,
             reason="worker lost on every attempt",

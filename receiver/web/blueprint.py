@@ -159,7 +159,7 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
                     "signature_failure": isinstance(exc, SignatureError),
                 },
             )
-        signals.rejected(exc)
+        signals.rejected(exc, account.id if account is not None else None)
         return error_response(exc)
     signals.received(event, outcome.result, secret_id)
     log.info(

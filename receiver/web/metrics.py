@@ -32,6 +32,14 @@ Two sources, one page:
 
 Metric names are listed in :data:`NAMES`; labels never hold an event id, only bounded values
 (a result, a reason, a handler's name, a kind, a path, a status).
+
+With several processor accounts, ``HOOKLEDGER_METRICS_ACCOUNT_LABEL=true`` adds an
+``account`` label to the deliveries, rejections, dispatch latency, handler failures, dead
+letters and guard decisions (not to the acknowledgement and handler-duration histograms).
+It is bounded: the configured accounts, then the first others seen, at most
+``HOOKLEDGER_METRICS_ACCOUNT_LABEL_MAX`` (100) get their own value; any further account is
+``other``, a delivery refused before its account was known ``none``. Off by default: names
+and labels are then exactly as without accounts.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from flask import Blueprint, Flask, Response, g, request
@@ -62,6 +70,7 @@ from sqlalchemy import Engine, func, select
 import receiver.core.signals as signals
 import receiver.storage.recon_run_reads as recon_runs
 import receiver.worker.heartbeat as heartbeat
+from receiver.core.accounts import is_account_id
 from receiver.core.clock import as_utc
 from receiver.core.errors import ConfigurationError
 
@@ -108,95 +117,205 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _DISPATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
 
 
+#: Label values that are no account: an account past the cap, and none known (a delivery
+#: refused before its account was known).
+OTHER_ACCOUNT: Final = "other"
+NO_ACCOUNT: Final = "none"
+#: Accounts that get a label value of their own, at most (``HOOKLEDGER_METRICS_ACCOUNT_LABEL_MAX``).
+DEFAULT_ACCOUNT_LABEL_MAX: Final = 100
+
+
+class AccountLabels:
+    """The ``account`` label's value of an account: its id for the configured accounts and
+    then the first others seen (accounts of stored events: verified, never a URL's guess),
+    at most ``cap`` of them in all; any further account is :data:`OTHER_ACCOUNT`. So a
+    platform with thousands of sellers costs at most ``cap`` series per metric and label
+    set, never one per seller."""
+
+    def __init__(self, cap: int = DEFAULT_ACCOUNT_LABEL_MAX, known: Iterable[str] = ()) -> None:
+        if cap < 0:
+            raise ConfigurationError("HOOKLEDGER_METRICS_ACCOUNT_LABEL_MAX must not be negative")
+        self.cap = cap
+        self._own: set[str] = set()
+        self._lock = threading.Lock()
+        self.add(known)
+
+    def add(self, accounts: Iterable[str]) -> None:
+        """Give these accounts their own value (while the cap allows), sorted: the same
+        configuration labels the same accounts in every process."""
+        for account in sorted(set(accounts)):
+            self(account)
+
+    def __call__(self, account: object) -> str:
+        if account is None or account == "":
+            return NO_ACCOUNT
+        name = str(account)
+        if name in self._own:
+            return name
+        with self._lock:
+            if len(self._own) < self.cap and is_account_id(name):
+                self._own.add(name)
+                return name
+        return OTHER_ACCOUNT
+
+
+class _Set:
+    """One set of counters and histograms (with or without the ``account`` label),
+    registered in the default registry."""
+
+    def __init__(self, *, by_account: bool) -> None:
+        a = ["account"] if by_account else []
+        self.collectors: list[Any] = []
+
+        def made(metric: Any) -> Any:
+            self.collectors.append(metric)
+            return metric
+
+        self.deliveries = made(
+            Counter("hookledger_deliveries", NAMES["hookledger_deliveries_total"], ["result", *a])
+        )
+        self.rejections = made(
+            Counter("hookledger_rejections", NAMES["hookledger_rejections_total"], ["reason", *a])
+        )
+        self.ack = made(
+            Histogram(
+                "hookledger_ack_seconds",
+                NAMES["hookledger_ack_seconds"],
+                ["code"],
+                buckets=_LATENCY_BUCKETS,
+            )
+        )
+        self.dispatch = made(
+            Histogram(
+                "hookledger_dispatch_latency_seconds",
+                NAMES["hookledger_dispatch_latency_seconds"],
+                ["source", *a],
+                buckets=_DISPATCH_BUCKETS,
+            )
+        )
+        self.handler = made(
+            Histogram(
+                "hookledger_handler_duration_seconds",
+                NAMES["hookledger_handler_duration_seconds"],
+                ["handler", "outcome"],
+                buckets=_LATENCY_BUCKETS,
+            )
+        )
+        self.handler_failures = made(
+            Counter(
+                "hookledger_handler_failures",
+                NAMES["hookledger_handler_failures_total"],
+                ["handler", *a],
+            )
+        )
+        self.dead = made(
+            Counter("hookledger_dead_letters", NAMES["hookledger_dead_letters_total"], a)
+        )
+        self.guard = made(
+            Counter(
+                "hookledger_guard_decisions",
+                NAMES["hookledger_guard_decisions_total"],
+                ["decision", *a],
+            )
+        )
+        self.runs = made(
+            Counter(
+                "hookledger_reconcile_runs", NAMES["hookledger_reconcile_runs_total"], ["status"]
+            )
+        )
+        self.recovered = made(
+            Counter(
+                "hookledger_reconcile_recovered",
+                NAMES["hookledger_reconcile_recovered_total"],
+                ["kind", "path"],
+            )
+        )
+        self.unresolved = made(
+            Counter(
+                "hookledger_reconcile_unresolved",
+                NAMES["hookledger_reconcile_unresolved_total"],
+                ["kind", "path"],
+            )
+        )
+
+    def unregister(self) -> None:
+        for metric in self.collectors:
+            REGISTRY.unregister(metric)
+
+
 class _Instruments:
-    """The process's counters and histograms (created once, in the default registry)."""
+    """The process's counters and histograms (created once, in the default registry), and
+    the signal receivers that count (connected once per process, strongly referenced).
+
+    With the account label on (:func:`configure_account_label`), the receive and dispatch
+    counters and the dispatch latency carry ``account`` too (see :class:`AccountLabels`)."""
 
     def __init__(self) -> None:
-        self.deliveries = Counter(
-            "hookledger_deliveries", NAMES["hookledger_deliveries_total"], ["result"]
-        )
-        self.rejections = Counter(
-            "hookledger_rejections", NAMES["hookledger_rejections_total"], ["reason"]
-        )
-        self.ack = Histogram(
-            "hookledger_ack_seconds",
-            NAMES["hookledger_ack_seconds"],
-            ["code"],
-            buckets=_LATENCY_BUCKETS,
-        )
-        self.dispatch = Histogram(
-            "hookledger_dispatch_latency_seconds",
-            NAMES["hookledger_dispatch_latency_seconds"],
-            ["source"],
-            buckets=_DISPATCH_BUCKETS,
-        )
-        self.handler = Histogram(
-            "hookledger_handler_duration_seconds",
-            NAMES["hookledger_handler_duration_seconds"],
-            ["handler", "outcome"],
-            buckets=_LATENCY_BUCKETS,
-        )
-        self.handler_failures = Counter(
-            "hookledger_handler_failures", NAMES["hookledger_handler_failures_total"], ["handler"]
-        )
-        self.dead = Counter("hookledger_dead_letters", NAMES["hookledger_dead_letters_total"])
-        self.guard = Counter(
-            "hookledger_guard_decisions", NAMES["hookledger_guard_decisions_total"], ["decision"]
-        )
-        self.runs = Counter(
-            "hookledger_reconcile_runs", NAMES["hookledger_reconcile_runs_total"], ["status"]
-        )
-        self.recovered = Counter(
-            "hookledger_reconcile_recovered",
-            NAMES["hookledger_reconcile_recovered_total"],
-            ["kind", "path"],
-        )
-        self.unresolved = Counter(
-            "hookledger_reconcile_unresolved",
-            NAMES["hookledger_reconcile_unresolved_total"],
-            ["kind", "path"],
-        )
+        self.accounts: AccountLabels | None = None
+        self.metrics = _Set(by_account=False)
 
-    # Signal receivers (connected once per process, strongly referenced).
+    def __getattr__(self, name: str) -> Any:  # instruments().ack, .deliveries, ...
+        return getattr(self.__dict__["metrics"], name)
+
+    def _labels(self, info: dict[str, Any], **labels: str) -> dict[str, str]:
+        if self.accounts is not None:
+            labels["account"] = self.accounts(info.get("account"))
+        return labels
+
+    def use_account_label(self, labels: AccountLabels | None) -> None:
+        """Switch the account label on (``labels``) or off (``None``): the metrics are made
+        again when that changes their labels (their counts start again; done at start-up)."""
+        if (labels is None) != (self.accounts is None):
+            self.metrics.unregister()
+            self.metrics = _Set(by_account=labels is not None)
+        self.accounts = labels
+
+    # Signal receivers.
 
     def on_received(self, _sender: Any, **info: Any) -> None:
-        self.deliveries.labels(result=str(info.get("result"))).inc()
+        self.metrics.deliveries.labels(**self._labels(info, result=str(info.get("result")))).inc()
 
     def on_rejected(self, _sender: Any, **info: Any) -> None:
-        self.rejections.labels(reason=str(info.get("reason"))).inc()
+        self.metrics.rejections.labels(**self._labels(info, reason=str(info.get("reason")))).inc()
 
     def on_dispatched(self, _sender: Any, **info: Any) -> None:
         latency = info.get("latency_seconds")
         if isinstance(latency, int | float):
-            self.dispatch.labels(source=str(info.get("source"))).observe(latency)
+            labels = self._labels(info, source=str(info.get("source")))
+            self.metrics.dispatch.labels(**labels).observe(latency)
 
     def on_handler(self, _sender: Any, **info: Any) -> None:
         name, outcome = str(info.get("handler")), str(info.get("status"))
         seconds = info.get("duration_seconds")
         if isinstance(seconds, int | float):
-            self.handler.labels(handler=name, outcome=outcome).observe(seconds)
+            self.metrics.handler.labels(handler=name, outcome=outcome).observe(seconds)
         if outcome == "failed":
-            self.handler_failures.labels(handler=name).inc()
+            self.metrics.handler_failures.labels(**self._labels(info, handler=name)).inc()
 
-    def on_dead(self, _sender: Any, **_info: Any) -> None:
-        self.dead.inc()
+    def on_dead(self, _sender: Any, **info: Any) -> None:
+        labels = self._labels(info)
+        (self.metrics.dead.labels(**labels) if labels else self.metrics.dead).inc()
 
-    def on_stale(self, _sender: Any, **_info: Any) -> None:
-        self.guard.labels(decision="stale").inc()
+    def on_stale(self, _sender: Any, **info: Any) -> None:
+        self.metrics.guard.labels(**self._labels(info, decision="stale")).inc()
 
-    def on_duplicate(self, _sender: Any, **_info: Any) -> None:
-        self.guard.labels(decision="duplicate").inc()
+    def on_duplicate(self, _sender: Any, **info: Any) -> None:
+        self.metrics.guard.labels(**self._labels(info, decision="duplicate")).inc()
 
     def on_reconcile(self, _sender: Any, **info: Any) -> None:
-        self.runs.labels(status=str(info.get("status"))).inc()
+        self.metrics.runs.labels(status=str(info.get("status"))).inc()
         report = info.get("report")
         if not isinstance(report, dict) or report.get("dry_run"):
             return
         for figure in recon_runs.recon_figures(report):
             if figure.recovered:
-                self.recovered.labels(kind=figure.kind, path=figure.path).inc(figure.recovered)
+                self.metrics.recovered.labels(kind=figure.kind, path=figure.path).inc(
+                    figure.recovered
+                )
             if figure.unresolved:
-                self.unresolved.labels(kind=figure.kind, path=figure.path).inc(figure.unresolved)
+                self.metrics.unresolved.labels(kind=figure.kind, path=figure.path).inc(
+                    figure.unresolved
+                )
 
     def connect(self) -> None:
         for signal, receiver in (
@@ -225,6 +344,61 @@ def instruments() -> _Instruments:
             made.connect()
             _instruments = made
         return _instruments
+
+
+def configure_account_label(
+    enabled: bool, *, cap: int = DEFAULT_ACCOUNT_LABEL_MAX, known: Iterable[str] = ()
+) -> None:
+    """Add the ``account`` label (``enabled``) to the receive and dispatch metrics of this
+    process, or take it away, with ``known`` (the configured accounts) labelled first and
+    at most ``cap`` accounts labelled in all. Off by default: the metrics' names and labels
+    are then exactly those of a single-account installation."""
+    made = instruments()
+    with _lock:
+        if not enabled:
+            made.use_account_label(None)
+        elif made.accounts is not None and made.accounts.cap == cap:
+            made.accounts.add(known)
+        else:
+            made.use_account_label(AccountLabels(cap, known))
+
+
+def _account_label_settings(app: Flask, given: bool | None, cap: int | None) -> tuple[bool, int]:
+    """The account label's settings: the arguments, else the receiver's settings on ``app``
+    (``HOOKLEDGER_METRICS_ACCOUNT_LABEL`` / ``_MAX``, from ``app.config`` or the
+    environment)."""
+    state = app.extensions.get("hookledger")
+    settings = getattr(state, "settings", None)
+    if settings is not None:
+        enabled = settings.metrics_account_label if given is None else given
+        limit = settings.metrics_account_label_max if cap is None else cap
+        return bool(enabled), int(limit)
+
+    def setting(name: str) -> Any:
+        key = f"HOOKLEDGER_METRICS_{name}"
+        return app.config.get(key) if app.config.get(key) is not None else os.environ.get(key)
+
+    enabled = given if given is not None else _truthy(setting("ACCOUNT_LABEL") or False)
+    try:
+        limit = (
+            cap
+            if cap is not None
+            else int(setting("ACCOUNT_LABEL_MAX") or DEFAULT_ACCOUNT_LABEL_MAX)
+        )
+    except ValueError:
+        raise ConfigurationError("HOOKLEDGER_METRICS_ACCOUNT_LABEL_MAX must be a number") from None
+    return bool(enabled), limit
+
+
+def _known_accounts(app: Flask) -> list[str]:
+    state = app.extensions.get("hookledger")
+    if state is None:
+        return []
+    try:
+        return [str(a) for a in state.accounts.ids()]
+    except Exception:  # noqa: BLE001 - the merchant's own source: labelled as they are seen
+        log.warning("metrics: the account ids could not be read", extra={"action": "metrics"})
+        return []
 
 
 class DatabaseCollector(Collector):
@@ -360,11 +534,18 @@ def exposition(engine: Engine | None) -> bytes:
 
 
 def serve_worker_metrics(
-    port: int, host: str = "127.0.0.1", *, engine: Engine | None = None
+    port: int,
+    host: str = "127.0.0.1",
+    *,
+    engine: Engine | None = None,
+    account_label: bool = False,
+    account_label_max: int = DEFAULT_ACCOUNT_LABEL_MAX,
+    known_accounts: Iterable[str] = (),
 ) -> None:
     """Serve this process's metrics (and the database gauges) on ``host:port`` in a thread
-    (``hookledger worker --metrics-port``)."""
-    instruments()
+    (``hookledger worker --metrics-port``); ``account_label``: see
+    :func:`configure_account_label`."""
+    configure_account_label(account_label, cap=account_label_max, known=known_accounts)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Process())
     if engine is not None:
@@ -386,7 +567,11 @@ class Metrics:
       ``authorization: Bearer <token>`` (Prometheus: ``authorization: {credentials: ...}``);
     - ``access``: a callable run in the request, ``True`` lets the scrape in;
     - ``public`` (``HOOKLEDGER_METRICS_PUBLIC``): no check (behind a private network only);
-    - ``path`` (``HOOKLEDGER_METRICS_PATH``, default ``/metrics``): where it is mounted.
+    - ``path`` (``HOOKLEDGER_METRICS_PATH``, default ``/metrics``): where it is mounted;
+    - ``account_label`` (``HOOKLEDGER_METRICS_ACCOUNT_LABEL``, default off) and
+      ``account_label_max`` (``HOOKLEDGER_METRICS_ACCOUNT_LABEL_MAX``, default 100): an
+      ``account`` label on the receive and dispatch metrics, bounded (see
+      :func:`configure_account_label`).
     """
 
     def __init__(
@@ -397,11 +582,15 @@ class Metrics:
         access: Callable[[], bool] | None = None,
         public: bool | None = None,
         path: str | None = None,
+        account_label: bool | None = None,
+        account_label_max: int | None = None,
     ) -> None:
         self._token = token
         self._access = access
         self._public = public
         self._path = path
+        self._account_label = account_label
+        self._account_label_max = account_label_max
         if app is not None:
             self.init_app(app)
 
@@ -424,7 +613,8 @@ class Metrics:
             )
         if token is not None and len(str(token)) < 16:
             raise ConfigurationError("HOOKLEDGER_METRICS_TOKEN must be at least 16 characters")
-        instruments()
+        enabled, cap = _account_label_settings(app, self._account_label, self._account_label_max)
+        configure_account_label(enabled, cap=cap, known=_known_accounts(app) if enabled else ())
         _time_acknowledgements(app)
         expected = f"Bearer {token}".encode() if token is not None else None
 
@@ -483,6 +673,9 @@ def _time_acknowledgements(app: Flask) -> None:
 
 __all__ = [
     "NAMES",
+    "OTHER_ACCOUNT",
+    "AccountLabels",
+    "configure_account_label",
     "DatabaseCollector",
     "Metrics",
     "exposition",

@@ -478,6 +478,7 @@ def _info(claimed: Claimed) -> dict[str, Any]:
     return {
         "event_id": claimed.event_id,
         "event_type": claimed.event_type,
+        "account": claimed.account,
         "source": claimed.source,
         "object_key": claimed.object_key,
     }

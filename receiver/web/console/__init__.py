@@ -18,11 +18,17 @@ Pages send a Content-Security-Policy that allows no script at all, ``X-Frame-Opt
 DENY`` and ``Cache-Control: no-store``. Bodies and headers are shown with card numbers and
 secrets masked (:mod:`receiver.core.masking`).
 
-Pages: events (newest first; filters by status, type, object, source, time; paging), one
+Pages: events (newest first; filters by status, type, object, source, time, account; paging), one
 event (masked body and headers, the guard's decision, its object's transitions and
 projection, the per-handler ledger with tracebacks), dead letters (requeue one or many, with
 a dry-run count first), conflicts, stale (and duplicate) events with their reasons, and
 reconcile reports with a chart of recoveries and drift over time.
+
+With several processor accounts (:mod:`receiver.core.accounts`), every list takes
+``?account=<id>`` (repeatable; any well-formed id, configured or not: a removed account's
+history is still there), rows and event pages name their account, and the events page shows
+each account's queue (open, oldest open, dead letters). With the default account alone,
+nothing of this shows.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from werkzeug.wrappers import Response as BaseResponse
 import receiver.storage.operator_reads as queries
 import receiver.storage.recon_run_reads as recon_runs
 import receiver.worker.heartbeat as heartbeat
+from receiver.core.accounts import DEFAULT_ACCOUNT, is_account_id
 from receiver.core.errors import ConfigurationError
 from receiver.core.masking import mask_body, mask_headers
 from receiver.storage.operator_actions import EventFilter
@@ -65,6 +72,9 @@ BLUEPRINT = "hookledger_console"
 CSRF_KEY = "hookledger_console_csrf"
 CSRF_FIELD = "csrf_token"
 PAGE_SIZE = 50
+#: At most this many configured accounts are offered in the account filter's list (any
+#: other can still be typed into the URL).
+ACCOUNT_CHOICES = 200
 
 #: The console's response headers: no script, no framing, no caching of operator data.
 SECURITY_HEADERS = {
@@ -214,6 +224,28 @@ def _int(value: str | None, default: int, low: int, high: int) -> int:
     return max(low, min(high, number))
 
 
+def _accounts_from(values: list[str]) -> tuple[str, ...]:
+    """Well-formed account ids of ``?account=`` / a form (repeatable or comma-separated)."""
+    found = [a.strip() for v in values for a in v.split(",")]
+    return tuple(dict.fromkeys(a for a in found if is_account_id(a)))
+
+
+def _configured_accounts() -> list[str]:
+    """The configured accounts' ids (at most :data:`ACCOUNT_CHOICES`); an account source
+    that cannot be read answers none (the filter still works from the URL)."""
+    try:
+        ids = receiver_state(current_app).accounts.ids()
+        return sorted(str(a) for a in ids)[:ACCOUNT_CHOICES]
+    except Exception:  # noqa: BLE001 - the merchant's own source: a page must still render
+        return []
+
+
+def _several(configured: list[str], shown: Any = ()) -> bool:
+    """Whether the installation has more than the default account (configured, or found
+    in what is shown: a removed account's history)."""
+    return bool(set(configured) - {DEFAULT_ACCOUNT} or set(shown) - {DEFAULT_ACCOUNT})
+
+
 def _query_from_args(*, statuses: tuple[str, ...] | None = None) -> queries.EventQuery:
     args = request.args
     chosen = (
@@ -231,6 +263,7 @@ def _query_from_args(*, statuses: tuple[str, ...] | None = None) -> queries.Even
         until=_parse_time(args.get("until")),
         limit=_int(args.get("limit"), PAGE_SIZE, 1, 500),
         offset=_int(args.get("offset"), 0, 0, 10_000_000),
+        accounts=_accounts_from(args.getlist("account")),
     )
 
 
@@ -282,8 +315,25 @@ def _blueprint(gate: _Gate) -> Blueprint:
 
     def render(template: str, **context: Any) -> str:
         engine = _engine()
-        context.setdefault("counts", queries.status_counts(engine))
-        context.setdefault("ops", heartbeat.check(engine))
+        q = context.get("q")
+        chosen = tuple(q.accounts) if q is not None else ()
+        configured = _configured_accounts()
+        ops = heartbeat.check(engine)
+        counts = queries.status_counts(engine)
+        context.setdefault("counts", counts)
+        # The status filter's figures: of the accounts chosen, when some are.
+        context.setdefault(
+            "filter_counts", queries.status_counts(engine, accounts=chosen) if chosen else counts
+        )
+        context.setdefault("ops", ops)
+        context.setdefault("chosen_accounts", chosen)
+        context.setdefault("account_choices", sorted({*configured, *chosen}))
+        shown = [*chosen, *ops.accounts]
+        if context.get("page") is not None:
+            shown += [getattr(r, "account", DEFAULT_ACCOUNT) for r in context["page"].rows]
+        if context.get("r") is not None:
+            shown.append(context["r"].account)
+        context.setdefault("several_accounts", _several(configured, shown))
         return render_template(f"hookledger_console/{template}", **context)
 
     @bp.get("/")
@@ -300,7 +350,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
 
     @bp.get("/events/<int:pk>")
     def event(pk: int) -> str:
-        detail = queries.find_event(_engine(), str(pk), keyring=_store().keyring)
+        detail = queries.find_event(_engine(), f"#{pk}", keyring=_store().keyring)
         if detail is None:
             abort(404)
         return render(
@@ -353,6 +403,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
                 since=_parse_time(form.get("since")),
                 until=_parse_time(form.get("until")),
                 statuses=(EventStatus.DEAD,),
+                accounts=_accounts_from(form.getlist("account")),
             )
         else:
             pks = tuple(int(p) for p in form.getlist("pk") if p.isdigit())
@@ -403,7 +454,7 @@ def _blueprint(gate: _Gate) -> Blueprint:
         row = queries.get_conflict(_engine(), conflict_id)
         stored = None
         if row is not None and row.event_pk is not None:
-            found = queries.find_event(_engine(), str(row.event_pk), keyring=_store().keyring)
+            found = queries.find_event(_engine(), f"#{row.event_pk}", keyring=_store().keyring)
             stored = mask_body(found.body) if found is not None else None
         return render(
             "conflict.html",

@@ -4,6 +4,7 @@ every page renders what it says (the browser tests drive it in Chromium)."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
@@ -150,3 +151,88 @@ def test_the_example_shop_mounts_metrics_and_the_console(database_url: str) -> N
     assert http.get("/hookledger/events", headers=AUTH).status_code == 200
     assert http.get("/hookledger/events").status_code == 401
     WebhookReceiver.state(app).store.engine.dispose()
+
+
+TWO_ACCOUNTS = json.dumps(
+    {
+        "eu": {"secrets": "s1:whsec_eu_0123456789abcdef"},
+        "us": {"secrets": "s1:whsec_us_fedcba9876543210"},
+    }
+)
+
+
+def _two_accounts(make_app: AppFactory) -> Flask:
+    """The same event ids in two accounts (no merchant id: each URL takes any body), a dead
+    letter in each."""
+    hooks = WebhookReceiver()
+
+    @hooks.on("payment_failed", name="notify")
+    def notify(event: Event) -> None:
+        raise RuntimeError("mail server down")
+
+    app, _ = make_app(hooks, max_attempts=1, secrets="", accounts=TWO_ACCOUNTS)
+    app.secret_key = "console-test-secret"
+    Console(app, password=PASSWORD)
+    for account in ("eu", "us"):
+        client = WebhookTestClient(app, account=account)
+        client.send("payment_succeeded", event_id="evt_ok", object_id="pay_1")
+        client.send("payment_failed", event_id=f"evt_dead_{account}", object_id="pay_2")
+    WebhookTestClient(app, account="eu").drain()
+    return app
+
+
+def _listed(html: str) -> list[str]:
+    return re.findall(r'<tr data-event-id="([^"]+)">', html)
+
+
+def test_several_accounts_filter_and_name_their_account(make_app: AppFactory) -> None:
+    app = _two_accounts(make_app)
+    http = app.test_client()
+    html = http.get("/hookledger/events", headers=AUTH).get_data(as_text=True)
+    assert sorted(_listed(html)) == ["evt_dead_eu", "evt_dead_us", "evt_ok", "evt_ok"]
+    assert "<th>account</th>" in html and 'id="account-filter"' in html
+    queues = html.split('id="account-queues"', 1)[1]
+    assert 'data-account="eu"' in queues and 'data-account="us"' in queues
+    eu = http.get("/hookledger/events?account=eu", headers=AUTH).get_data(as_text=True)
+    assert sorted(_listed(eu)) == ["evt_dead_eu", "evt_ok"]
+    assert '<option value="eu" selected>' in eu
+    both = http.get("/hookledger/events?account=eu&account=us", headers=AUTH)
+    assert len(_listed(both.get_data(as_text=True))) == 4
+    # A removed account (not configured) can still be looked at; a malformed id is ignored.
+    assert (
+        _listed(http.get("/hookledger/events?account=old", headers=AUTH).get_data(as_text=True))
+        == []
+    )
+    malformed = http.get("/hookledger/events?account=Bad%20Id", headers=AUTH)
+    assert len(_listed(malformed.get_data(as_text=True))) == 4
+
+    # The event page names its account; paging links keep the filter.
+    pk = WebhookReceiver.state(app).store.operations.get("evt_ok", account="us").id  # type: ignore[union-attr]
+    page = http.get(f"/hookledger/events/{pk}", headers=AUTH).get_data(as_text=True)
+    assert re.search(r'<dd id="account"><a [^>]*>us</a></dd>', page)
+    paged = http.get("/hookledger/events?account=us&limit=1", headers=AUTH).get_data(as_text=True)
+    assert "account=us" in paged.split('rel="next"', 1)[0].rsplit("href=", 1)[1]
+
+    # Requeue all matching on the dead page filtered to eu: eu's dead letter only.
+    dead = http.get("/hookledger/dead?account=eu", headers=AUTH).get_data(as_text=True)
+    assert _listed(dead) == ["evt_dead_eu"]
+    assert '<input type="hidden" name="account" value="eu">' in dead
+    form = {"csrf_token": _token(dead), "scope": "matching", "type": "", "since": "",
+            "until": "", "account": "eu"}  # fmt: skip
+    count = http.post("/hookledger/dead/requeue", headers=AUTH, data=form).get_data(as_text=True)
+    assert "<strong>1</strong> dead event(s) of account(s) eu would be requeued" in count
+    assert '<input type="hidden" name="account" value="eu">' in count
+    done = http.post("/hookledger/dead/requeue", headers=AUTH, data={**form, "confirm": "yes"})
+    assert done.status_code == 302
+    operations = WebhookReceiver.state(app).store.operations
+    assert operations.get("evt_dead_eu", account="eu").status == "pending"  # type: ignore[union-attr]
+    assert operations.get("evt_dead_us", account="us").status == "dead"  # type: ignore[union-attr]
+    stale = http.get("/hookledger/stale?account=us", headers=AUTH).get_data(as_text=True)
+    assert 'id="account-scope"' in stale
+
+
+def test_one_account_shows_no_account_column(make_app: AppFactory) -> None:
+    app = _app(make_app)
+    html = app.test_client().get("/hookledger/events", headers=AUTH).get_data(as_text=True)
+    assert "<th>account</th>" not in html and "account-filter" not in html
+    assert "account-queues" not in html

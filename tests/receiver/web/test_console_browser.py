@@ -7,6 +7,7 @@ also saves a screenshot of the events page there (``docs/console.png``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -304,3 +305,48 @@ def test_reconcile_reports_and_stale_events(browser: Any, console: tuple[Flask, 
         page.click("#conflicts tbody tr >> nth=0 >> a")
     assert "dispute" in page.inner_text("#conflicting")
     context.close()
+
+
+def test_an_operator_narrows_the_events_to_one_account(browser: Any, make_app: AppFactory) -> None:
+    accounts = {
+        "eu": {"secrets": "s1:whsec_eu_0123456789abcdef"},
+        "us": {"secrets": "s1:whsec_us_fedcba9876543210"},
+    }
+    app, _ = make_app(secrets="", accounts=json.dumps(accounts))
+    app.secret_key = "browser-test-secret-key"
+    Console(app, password=PASSWORD)
+    for account in accounts:
+        client = WebhookTestClient(app, account=account)
+        client.send("payment_succeeded", event_id="evt_same", object_id="pay_1")
+        client.send("payment_succeeded", event_id=f"evt_{account}", object_id="pay_2")
+    with serve(app) as url:
+        context = browser.new_context(http_credentials={"username": "ops", "password": PASSWORD})
+        page = context.new_page()
+        page.goto(url + "/hookledger/events")
+
+        def listed() -> list[tuple[str, str]]:
+            return [
+                tuple(row)
+                for row in page.locator("#events tbody tr").evaluate_all(
+                    "rows => rows.map(r => [r.querySelector('td.account').innerText,"
+                    " r.dataset.eventId])"
+                )
+            ]
+
+        assert sorted(listed()) == [
+            ("eu", "evt_eu"),
+            ("eu", "evt_same"),
+            ("us", "evt_same"),
+            ("us", "evt_us"),
+        ]
+        assert page.locator("#account-queues tr[data-account=us]").count() == 1
+        page.select_option("#account-filter", "us")
+        with page.expect_navigation():
+            page.click("form.filters button[type=submit]")
+        assert "account=us" in page.url
+        assert sorted(listed()) == [("us", "evt_same"), ("us", "evt_us")]
+        assert page.locator("#account-filter").input_value() == "us"
+        with page.expect_navigation():
+            page.click("text=evt_same")
+        assert page.inner_text("#account") == "us"
+        context.close()

@@ -3,6 +3,7 @@ endpoint, and one sum across gunicorn's processes (multiprocess mode)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -242,3 +243,109 @@ def test_gunicorn_processes_add_up_in_multiprocess_mode(database_url: str, tmp_p
     finally:
         web.terminate()
         web.wait(timeout=30)
+
+
+TWO_ACCOUNTS = {
+    "eu": {"secrets": "s1:whsec_eu_0123456789abcdef"},
+    "us": {"secrets": "s1:whsec_us_fedcba9876543210"},
+}
+
+
+def _by_account(
+    make_app: AppFactory, prefix: str = "evt_a", **config: object
+) -> tuple[object, object]:
+    hooks = WebhookReceiver()
+
+    @hooks.on("payment_failed", name="notify")
+    def notify(event: Event) -> None:
+        raise RuntimeError("down")
+
+    app, _ = make_app(
+        hooks, max_attempts=1, secrets="", accounts=json.dumps(TWO_ACCOUNTS), **config
+    )
+    Metrics(app, token=TOKEN)
+    for account in TWO_ACCOUNTS:
+        client = WebhookTestClient(app, account=account)
+        client.send("payment_succeeded", event_id=f"{prefix}1", object_id=f"{prefix}_pay_1")
+        client.send("payment_failed", event_id=f"{prefix}2", object_id=f"{prefix}_pay_2")
+    # A wrong signature on eu's URL (eu's rejection), and a URL of no account (nobody's).
+    http = app.test_client()
+    body = encode(build_event("payment_succeeded"))
+    bad = {"x-webhook-signature-512": "0" * 128}
+    assert http.post("/webhooks/eu/", data=body, headers=bad).status_code == 401
+    assert http.post("/webhooks/asia/", data=body, headers=bad).status_code == 404
+    WebhookTestClient(app, account="eu").drain()
+    return app, http
+
+
+def test_the_account_label_is_off_by_default(make_app: AppFactory) -> None:
+    _, http = _by_account(make_app)
+    found = scrape(http)
+    assert not [key for key in found if any(k == "account" for k, _ in key[1])]
+    assert value(found, "hookledger_dead_letters_total") >= 2
+
+
+def test_the_account_label_when_on_and_its_cap(make_app: AppFactory) -> None:
+    try:
+        _, http = _by_account(make_app, metrics_account_label="true")
+        found = scrape(http)
+        for account in ("eu", "us"):
+            assert (
+                value(found, "hookledger_deliveries_total", result="inserted", account=account) == 2
+            )
+            assert value(found, "hookledger_dead_letters_total", account=account) == 1
+            assert (
+                value(
+                    found,
+                    "hookledger_dispatch_latency_seconds_count",
+                    source="webhook",
+                    account=account,
+                )
+                == 1
+            )
+            assert (
+                value(found, "hookledger_handler_failures_total", handler="notify", account=account)
+                == 1
+            )
+        assert (
+            value(found, "hookledger_rejections_total", reason="bad_signature", account="eu") == 1
+        )
+        assert (
+            value(found, "hookledger_rejections_total", reason="account_unknown", account="none")
+            == 1
+        )
+        # The histograms of the answer and of each handler keep their labels.
+        assert not [
+            key
+            for key in found
+            if key[0].startswith(("hookledger_ack_seconds", "hookledger_handler_duration"))
+            and any(k == "account" for k, _ in key[1])
+        ]
+
+        # One account labelled at most: the configured ones sorted, eu first; us is 'other'.
+        _, http = _by_account(
+            make_app, "evt_b", metrics_account_label="1", metrics_account_label_max="1"
+        )
+        found = scrape(http)  # the metrics are the same (the label set did not change)
+        assert value(found, "hookledger_deliveries_total", result="inserted", account="eu") == 4
+        assert value(found, "hookledger_deliveries_total", result="inserted", account="other") == 2
+        assert value(found, "hookledger_deliveries_total", result="inserted", account="us") == 2
+    finally:
+        from receiver.web.metrics import configure_account_label
+
+        configure_account_label(False)
+
+
+def test_account_labels_are_bounded() -> None:
+    from receiver.web.metrics import AccountLabels
+
+    labels = AccountLabels(3, known=["b", "a"])
+    assert [labels(a) for a in ("a", "b", "c", "d", None, "Not An Id")] == [
+        "a",
+        "b",
+        "c",
+        "other",
+        "none",
+        "other",
+    ]
+    assert AccountLabels(0)("a") == "other"

@@ -64,7 +64,7 @@ def test_the_lifecycle_of_events_is_signalled(
     for name, info in caught:
         by_name.setdefault(name, []).append(info)
     assert [i["result"] for i in by_name["event-received"]] == ["inserted"] * 4
-    rejected = [{"reason": "bad_signature", "status": 401, "code": "HL_01"}]
+    rejected = [{"reason": "bad_signature", "status": 401, "code": "HL_01", "account": "default"}]
     assert by_name["event-rejected"] == rejected
     (dispatched,) = by_name["event-dispatched"]
     assert dispatched["event_id"] == "evt_ok" and dispatched["event_type"] == "payment_succeeded"
@@ -103,7 +103,7 @@ def test_a_conflicting_body_and_a_deferral(
     client.send("refund_succeeded", event_id="evt_c", object_id="ref_1", amount=200)
     client.drain()
     assert ("event-conflict", {"event_id": "evt_c", "event_type": "refund_succeeded",
-                               "source": "webhook"}) in caught  # fmt: skip
+                               "source": "webhook", "account": "default"}) in caught  # fmt: skip
     finished = [i for n, i in caught if n == "handler-finished"]
     assert [i["status"] for i in finished] == ["deferred"]
     assert "event-dispatched" not in _names(caught) and "handler-failed" not in _names(caught)
