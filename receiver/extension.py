@@ -36,6 +36,7 @@ from receiver.core.accounts import (
 )
 from receiver.core.registry import Registry
 from receiver.core.retry import RetryPolicy
+from receiver.storage.account_table import StoredAccounts
 from receiver.store import Store
 from receiver.web.blueprint import make_blueprint
 from receiver.web.state import EXTENSION_KEY, ReceiverState, receiver_state
@@ -57,7 +58,8 @@ class WebhookReceiver:
     ) -> None:
         """``accounts``: the merchant's own source of processor accounts (any object with
         ``get``, ``for_body`` and ``ids``, see :class:`receiver.core.accounts.AccountSource`),
-        asked per delivery, after those of the configuration (``HOOKLEDGER_ACCOUNTS``)."""
+        asked per delivery, after those of the configuration (``HOOKLEDGER_ACCOUNTS``) and of
+        hookledger's own table (``hookledger accounts add``)."""
         self.registry = Registry()
         if accounts is not None and not isinstance(accounts, AccountSource):
             raise TypeError("accounts must have get(), for_body() and ids() (an AccountSource)")
@@ -110,9 +112,12 @@ class WebhookReceiver:
         if settings.auto_migrate:
             db.upgrade(engine)
         configured = StaticAccounts(settings.accounts)
-        source: AccountSource = (
-            configured if self._accounts is None else ChainedAccounts(configured, self._accounts)
-        )
+        # Configuration first, then hookledger's own table (``hookledger accounts``), then the
+        # merchant's source: each read per delivery, so accounts come without a restart.
+        stored: AccountSource = StoredAccounts(store.accounts)
+        if self._accounts is not None:
+            stored = ChainedAccounts(stored, self._accounts)
+        source: AccountSource = ChainedAccounts(configured, stored)
         single = settings.accounts[0] if self._accounts is None and len(configured) == 1 else None
         state = ReceiverState(
             settings=settings,

@@ -8,6 +8,8 @@ engine and holds them; callers use the part that does the job (``store.inbox.ins
   the ledger and the outcomes;
 - ``operations`` (:class:`receiver.storage.operator_actions.Operations`): requeue, replay,
   prune, listings, counts, cut-over;
+- ``accounts`` (:class:`receiver.storage.account_table.AccountTable`): the accounts kept in
+  ``hookledger_account``, sealed;
 - data at rest: :class:`receiver.atrest.retention.Retention` (redact, prune by policy),
   :class:`receiver.atrest.key_rotation.KeyRotation` (``rotate-keys``) and
   :class:`receiver.atrest.rejected_deliveries.RejectionLog` (rejected deliveries); the data keys
@@ -36,6 +38,7 @@ from receiver.core.headers import (
 )
 from receiver.core.keyring import Keyring
 from receiver.core.retry import RetryPolicy
+from receiver.storage.account_table import AccountTable
 from receiver.storage.context import Storage
 from receiver.storage.dispatch import Dispatcher
 from receiver.storage.inbox import Inbox
@@ -75,6 +78,7 @@ class Store:
         self.retention = Retention(self.storage)
         self.rotation = KeyRotation(self.storage)
         self.rejections = RejectionLog(self.storage, rejections)
+        self.accounts = AccountTable(self.storage)
 
     def __repr__(self) -> str:
         return f"Store(dialect={self.engine.dialect.name!r})"

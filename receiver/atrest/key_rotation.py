@@ -10,8 +10,9 @@ with older data. It is resumable: what is left is what is not yet under the prim
 running it again goes on where it stopped.
 
 What is rotated: event and conflict bodies, headers and body hashes (``key_id``), error
-texts (``hookledger_event.last_error``, ``hookledger_handler_run.last_error``), and the
-bodies operators kept of rejected deliveries. A redacted row has no body left to hash again:
+texts (``hookledger_event.last_error``, ``hookledger_handler_run.last_error``), the
+bodies operators kept of rejected deliveries, and the stored accounts' webhook secrets and
+API keys (``hookledger_account``). A redacted row has no body left to hash again:
 it keeps its hash under the key it had (the report counts them; keep that key configured
 until they are pruned if duplicates of them must still be told from conflicts).
 
@@ -34,6 +35,7 @@ from typing import Any
 from sqlalchemy import Table, and_, bindparam, delete, func, or_, select, tuple_, update
 
 from receiver.core.errors import ConfigurationError, DataUnavailable
+from receiver.storage.account_table import ACCOUNT, SEALED_COLUMNS
 from receiver.storage.context import Storage
 from receiver.storage.sealed_columns import BODY, ERROR, HEADERS, REJECTED_BODY
 from receiver.storage.sql.tables import CONFLICT, EVENT, HANDLER_RUN
@@ -170,6 +172,11 @@ class KeyRotation:
                 HANDLER_RUN.c.last_error.not_like(f"{{enc1:{escaped}:%", escape="!"),
                 *handler_runs,
             ),
+            # The stored accounts' own rows (``hookledger accounts``): those of ``accounts``.
+            "accounts": and_(
+                ACCOUNT.c.key_id != p,
+                *([ACCOUNT.c.id.in_(sorted(set(accounts)))] if accounts else []),
+            ),
         }
 
     def status(self, *, accounts: Collection[str] = ()) -> dict[str, Any]:
@@ -182,6 +189,7 @@ class KeyRotation:
             "conflicts": CONFLICT,
             "rejections": REJECTION,
             "handler_errors": HANDLER_RUN,
+            "accounts": ACCOUNT,
         }
         out: dict[str, Any] = {
             "primary": self.primary,
@@ -245,6 +253,7 @@ class KeyRotation:
             ("conflicts", self._conflicts_pass),
             ("rejections", self._rejections_pass),
             ("handler_errors", self._handler_errors_pass),
+            ("accounts", self._accounts_pass),
         ]
         for name, one_pass in steps:
             for _ in range(max_passes):
@@ -542,6 +551,59 @@ class KeyRotation:
             columns=(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler, HANDLER_RUN.c.last_error),
             order=(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler),
             cursor=(-1, ""),
+        )
+
+    def _accounts_pass(
+        self,
+        where: Any,
+        report: RotationReport,
+        stop: threading.Event | None,
+        progress: Callable[[int], None] | None,
+    ) -> int:
+        keyring, p = self.storage.keyring, self.primary
+
+        def rotate(_conn: Any, row: Any) -> dict[str, Any] | None:
+            values: dict[str, Any] = {"r_id": row.id, "r_key": p}
+            try:
+                for column, purpose in SEALED_COLUMNS.items():
+                    text = getattr(row, column)
+                    if text is not None:
+                        text = keyring.open_text_strict(text, purpose=purpose, context=row.id)
+                        text = keyring.seal_text(text, purpose=purpose, context=row.id)
+                    values[f"r_{column}"] = text
+            except DataUnavailable as exc:
+                self._unreadable(report, f"hookledger_account {row.id!r}", exc)
+                return None
+            return values
+
+        statement = (
+            update(ACCOUNT)
+            .where(ACCOUNT.c.id == bindparam("r_id"))
+            .values(
+                secrets=bindparam("r_secrets"),
+                api_key=bindparam("r_api_key"),
+                admin_key=bindparam("r_admin_key"),
+                key_id=bindparam("r_key"),
+            )
+        )
+        return self._batches(
+            ACCOUNT,
+            where,
+            rotate,
+            statement,
+            "accounts",
+            report,
+            stop,
+            progress,
+            columns=(
+                ACCOUNT.c.id,
+                ACCOUNT.c.secrets,
+                ACCOUNT.c.api_key,
+                ACCOUNT.c.admin_key,
+                ACCOUNT.c.key_id,
+            ),
+            order=(ACCOUNT.c.id,),
+            cursor=("",),
         )
 
 

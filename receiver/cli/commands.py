@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 import receiver.storage.database as db
 import receiver.worker.heartbeat as heartbeat
+from receiver.cli.account_commands import register as register_account_commands
 from receiver.cli.common import (
     EXIT_PROBLEM,
     add_log_options,
@@ -280,9 +281,11 @@ def status_cmd(
 
 
 # events, show, conflicts, requeue, replay (receiver/cli/event_commands.py); keys,
-# rotate-keys, redact, prune, retention, rejections (receiver/cli/data_commands.py)
+# rotate-keys, redact, prune, retention, rejections (receiver/cli/data_commands.py);
+# accounts (receiver/cli/account_commands.py)
 register_event_commands(hookledger_group)
 register_data_commands(hookledger_group)
+register_account_commands(hookledger_group)
 add_log_options(hookledger_group)
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Index,
     Integer,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     text,
+    true,
 )
 from sqlmodel import Field, SQLModel
 
@@ -339,3 +341,35 @@ class Rejection(Base, table=True):
     #: The first bytes of the body, sealed, when an operator opted in.
     body: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     key_id: str | None = Field(default=None, max_length=64)
+
+
+class StoredAccount(Base, table=True):
+    """A processor account kept in hookledger's own table (``hookledger accounts add``),
+    read per request (:class:`receiver.storage.account_table.StoredAccounts`).
+
+    ``secrets``, ``api_key`` and ``admin_key`` are always sealed (text tokens bound to the
+    account id, under ``key_id``): hookledger refuses to store them without a data key. The
+    rest stays readable: the id, the merchant and profile ids that route deliveries, the
+    processor URL and environment, whether it is active, and when it was written.
+    """
+
+    __tablename__ = "hookledger_account"
+    __table_args__ = (Index("ix_hookledger_account_merchant_id", "merchant_id"),)
+
+    id: str = Field(primary_key=True, max_length=64)
+    merchant_id: str = Field(max_length=255)
+    #: JSON list of profile ids (``[]``: every profile of the merchant).
+    profile_ids: str = Field(sa_column=Column(Text, nullable=False))
+    #: Sealed JSON list of ``[secret id, base64 value]``, the first the primary.
+    secrets: str = Field(sa_column=Column(Text, nullable=False))
+    api_key: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    admin_key: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    base_url: str | None = Field(default=None, max_length=500)
+    environment: str | None = Field(default=None, max_length=16)
+    active: bool = Field(
+        default=True, sa_column=Column(Boolean, nullable=False, server_default=true())
+    )
+    #: The data key the sealed columns are under.
+    key_id: str = Field(max_length=64)
+    created_at: datetime
+    updated_at: datetime

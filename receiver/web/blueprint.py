@@ -6,9 +6,10 @@ Errors share the processor's error shape: ``{"error": {"type", "code", "message"
 Accounts (:mod:`receiver.core.accounts`): ``POST /<account>/`` is that account's URL, its
 deliveries verified with its secrets only, and refused if the body names another merchant
 or profile. ``POST /`` is the shared URL: with one account it takes every delivery, as it
-always did; with several, the body's ``merchant_id`` (and its object's ``profile_id``)
-choose the one account that owns it, whose secrets alone then verify it (never "any secret
-of any account").
+always did (when that account names its merchant id, a body naming another merchant goes to
+the stored account that owns it, if any); with several, the body's ``merchant_id`` (and its
+object's ``profile_id``) choose the one account that owns it, whose secrets alone then
+verify it (never "any secret of any account").
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _account_of(
             raise AccountUnknown(f"no account {account_id[:64]!r} receives webhooks here")
         return found, None
     if state.single is not None:
-        return state.single, None
+        return _single_or_stored(state, state.single, body)
     event = parse_event(body)
     owner = state.accounts.for_body(event.merchant_id, event.profile_id)
     if owner is None:
@@ -96,6 +97,25 @@ def _account_of(
             "post it to its account's URL"
         )
     return owner, event
+
+
+def _single_or_stored(
+    state: ReceiverState, single: Account, body: bytes
+) -> tuple[Account, Event | None]:
+    """The shared URL of an installation configured with one account: it takes every
+    delivery, as before accounts existed, without reading the body or the account table,
+    unless it names its merchant id; then a body naming another merchant goes to the stored
+    account that owns it (``hookledger accounts add``), if one does."""
+    if single.merchant_id is None:
+        return single, None
+    try:
+        event = parse_event(body)
+    except ReceiveError:
+        return single, None  # refused as before (its signature is checked first)
+    if single.owns(event.merchant_id, event.profile_id):
+        return single, event
+    owner = state.accounts.for_body(event.merchant_id, event.profile_id)
+    return (owner if owner is not None else single), event
 
 
 def receive(account_id: str | None = None) -> tuple[Response, int]:

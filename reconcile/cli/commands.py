@@ -89,7 +89,8 @@ log = logging.getLogger("reconcile.cli")
     default=DEFAULT_ACCOUNT,
     show_default=True,
     help="The processor account (HOOKLEDGER_ACCOUNT): 'default' reads HOOKLEDGER_API_KEY and "
-    "the other variables above, another its entry of HOOKLEDGER_ACCOUNTS.",
+    "the other variables above, another its entry of HOOKLEDGER_ACCOUNTS or its stored row "
+    "(hookledger accounts add; its keys opened with HOOKLEDGER_DATA_KEYS).",
 )
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
 @click.pass_context

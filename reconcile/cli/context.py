@@ -21,7 +21,12 @@ from sqlalchemy.exc import OperationalError
 import receiver.storage.database as db
 from receiver.config.data_at_rest import from_environment
 from receiver.core.accounts import DEFAULT_ACCOUNT, Account, parse_accounts
-from receiver.core.errors import ConfigurationError, HookledgerError, StorageUnavailable
+from receiver.core.errors import (
+    ConfigurationError,
+    DataUnavailable,
+    HookledgerError,
+    StorageUnavailable,
+)
 from receiver.core.signature import parse_secrets
 from receiver.store import Store
 from reconcile.client.processor import ProcessorClient
@@ -61,6 +66,7 @@ class Context:
         self.environment = environment
         self.account = account
         self._inbox: Store | None = None
+        self._stored: Account | None = None
 
     def for_account(self, account: str) -> Context:
         """The same context for another account (sharing the inbox and its engine)."""
@@ -69,8 +75,10 @@ class Context:
         return other
 
     def configured(self) -> Account | None:
-        """The account's entry of ``HOOKLEDGER_ACCOUNTS`` (``None`` for the default account
-        configured by today's variables); an unknown account is one line and exit 2."""
+        """The account's entry of ``HOOKLEDGER_ACCOUNTS``, else its row of hookledger's
+        account table (``hookledger accounts add``; ``None`` for the default account
+        configured by today's variables); an unknown or inactive account is one line and
+        exit 2."""
         try:
             accounts = parse_accounts(os.environ.get("HOOKLEDGER_ACCOUNTS"))
         except ConfigurationError as exc:
@@ -80,18 +88,58 @@ class Context:
                 return account
         if self.account == DEFAULT_ACCOUNT:
             return None
-        fail(f"unknown account {self.account!r}: it is not in HOOKLEDGER_ACCOUNTS")
+        if self._stored is None:
+            self._stored = self._stored_account(self.account)
+        if self._stored is None:
+            fail(
+                f"unknown account {self.account!r}: it is neither in HOOKLEDGER_ACCOUNTS nor "
+                "stored (hookledger accounts list)"
+            )
+        if not self._stored.active:
+            fail(f"account {self.account!r} is inactive (hookledger accounts activate)")
+        return self._stored
+
+    def _stored_account(self, account_id: str) -> Account | None:
+        """An account of hookledger's own table (its secrets and keys opened with
+        HOOKLEDGER_DATA_KEYS); a database or key failure is one line and its exit code."""
+        if not self.database_url:
+            return None
+        try:
+            return self.inbox().accounts.get(account_id)
+        except StorageUnavailable:
+            fail(
+                f"cannot read stored account {account_id!r}: the database is unreachable or "
+                "behind (reconcile db upgrade), or its data key is not in HOOKLEDGER_DATA_KEYS",
+                EXIT_DATABASE,
+            )
 
     def account_ids(self) -> list[str]:
         """Every account this installation reconciles: the default one when
         ``HOOKLEDGER_API_KEY`` is set, then each active one of ``HOOKLEDGER_ACCOUNTS`` that
-        has an API key."""
+        has an API key, then each active stored one (``hookledger accounts``) that has one."""
         try:
             accounts = parse_accounts(os.environ.get("HOOKLEDGER_ACCOUNTS"))
         except ConfigurationError as exc:
             fail(exc.message)
         ids = [DEFAULT_ACCOUNT] if os.environ.get("HOOKLEDGER_API_KEY") else []
         ids += [a.id for a in accounts if a.active and a.api_key and a.id not in ids]
+        configured = {DEFAULT_ACCOUNT, *(a.id for a in accounts)}
+        if self.database_url:
+            try:
+                rows = self.inbox().accounts.rows()
+            except StorageUnavailable:
+                fail(
+                    "cannot read hookledger's account table: the database is unreachable or "
+                    "behind (reconcile db upgrade)",
+                    EXIT_DATABASE,
+                )
+            except DataUnavailable as exc:
+                fail(f"a stored account cannot be opened: {exc.message}")
+            ids += [
+                r.account.id
+                for r in rows
+                if r.account.active and r.account.api_key and r.account.id not in configured
+            ]
         return ids
 
     def _setting(self, name: str, field: str) -> str | None:
@@ -133,7 +181,7 @@ class Context:
         if not key:
             if self.account == DEFAULT_ACCOUNT:
                 fail("set HOOKLEDGER_API_KEY (the processor's secret API key)")
-            fail(f"account {self.account!r} has no api_key in HOOKLEDGER_ACCOUNTS")
+            fail(f"account {self.account!r} has no api_key")
         try:
             return ProcessorClient(
                 url,

@@ -103,7 +103,8 @@ def _progress() -> Callable[[str, int], None] | None:
     "--all-accounts",
     is_flag=True,
     help="Reconcile every account in turn (the default one if HOOKLEDGER_API_KEY is set, and "
-    "each of HOOKLEDGER_ACCOUNTS with an api_key), each with its own lock, watermarks and "
+    "each of HOOKLEDGER_ACCOUNTS and of the stored accounts (hookledger accounts) with an "
+    "api_key), each with its own lock, watermarks and "
     "budget; one failing never stops the others. The exit code is the worst account's.",
 )
 @click.pass_obj
@@ -176,7 +177,10 @@ _SEVERITY = (EXIT_DATABASE, EXIT_NOT_ADOPTED, EXIT_PROCESSOR, EXIT_LOCKED, 2, EX
 def _run_all(obj: Context, options: Any, as_json: bool) -> None:
     ids = obj.account_ids()
     if not ids:
-        fail("no account to reconcile: set HOOKLEDGER_API_KEY or api_key in HOOKLEDGER_ACCOUNTS")
+        fail(
+            "no account to reconcile: set HOOKLEDGER_API_KEY or api_key in HOOKLEDGER_ACCOUNTS, "
+            "or store one (hookledger accounts add)"
+        )
     codes: dict[str, int] = {}
     reports: dict[str, Any] = {}
     for account in ids:

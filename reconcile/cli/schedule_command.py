@@ -81,8 +81,9 @@ def summary_fields(report: Report) -> dict[str, Any]:
 @click.option(
     "--all-accounts",
     is_flag=True,
-    help="Each run reconciles every account in turn (read again at each run, so accounts "
-    "added to HOOKLEDGER_ACCOUNTS are picked up at a restart of the configuration source), "
+    help="Each run reconciles every account in turn (read again at each run: accounts stored "
+    "with `hookledger accounts add` are picked up at once, those added to HOOKLEDGER_ACCOUNTS "
+    "at a restart of the configuration source), "
     "each isolated: one failing, locked or not yet adopted is logged and the others run.",
 )
 @click.pass_obj
@@ -107,7 +108,8 @@ def schedule_cmd(
     if all_accounts:
         if not obj.account_ids():
             fail(
-                "no account to reconcile: set HOOKLEDGER_API_KEY or api_key in HOOKLEDGER_ACCOUNTS"
+                "no account to reconcile: set HOOKLEDGER_API_KEY or api_key in "
+                "HOOKLEDGER_ACCOUNTS, or store one (hookledger accounts add)"
             )
     else:
         probe = obj.client()
@@ -118,7 +120,12 @@ def schedule_cmd(
             probe.close()
 
     def run(mode: str) -> None:
-        for account in obj.account_ids() if all_accounts else [obj.account]:
+        try:
+            ids = obj.account_ids() if all_accounts else [obj.account]
+        except SystemExit:  # the account table could not be read, said on stderr: next run
+            logger.error("no run: the accounts could not be read", extra={"action": "skipped"})
+            return
+        for account in ids:
             run_account(obj.for_account(account), mode)
 
     def run_account(ctx: Context, mode: str) -> None:

@@ -23,9 +23,11 @@ import sqlalchemy as sa
 from flask import Flask
 
 from receiver import Defer, Event, WebhookReceiver
+from receiver.core.accounts import Account
 from receiver.core.errors import RedactedEvents
 from receiver.core.events import parse_event
 from receiver.core.keyring import MAGIC
+from receiver.core.signature import parse_secrets
 from receiver.storage.operator_actions import EventFilter
 from receiver.storage.tables import EventStatus, Source
 from receiver.store import Store
@@ -386,6 +388,17 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
     drain(k1)
     store_of(k1).rejections.flush()
 
+    # A stored account's secrets and API keys are rotated with the rest.
+    store_of(k1).accounts.add(
+        Account(
+            id="shop-9",
+            merchant_id="merchant_9",
+            secrets=parse_secrets("s1:whsec_rotated_9"),
+            api_key="snd_rotated_9",
+            admin_key="adm_rotated_9",
+        )
+    )
+
     k2, _ = make_app(hooks, data_keys=f"k2:{KEY2},k1:{KEY1}", rejections_body_bytes=64)
     # The same conflicting body again: under k2 its hash differs, so it is a second record.
     assert post(k2, c1).json["status"] == "conflict"
@@ -395,6 +408,7 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
         "conflicts": 1,
         "rejections": 1,
         "handler_errors": 2,
+        "accounts": 1,
     }
     result = k2.test_cli_runner().invoke(args=["hookledger", "rotate-keys", "--json"])
     assert result.exit_code == 0, result.output
@@ -404,6 +418,7 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
         "conflicts": 1,
         "rejections": 1,
         "handler_errors": 2,
+        "accounts": 1,
     }
     with store_of(k2).engine.connect() as conn:  # the two records of one body are one again
         assert conn.execute(sa.text("SELECT count(*) FROM hookledger_event_conflict")).scalar() == 1
@@ -415,6 +430,14 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
         assert parse_event(store.open_body(event.body, event.event_id)).event_id == event.event_id
         store.open_headers(event.headers, event.event_id)
         assert "[sealed" not in (event.last_error or "")
+    stored = store.accounts.get("shop-9")
+    assert stored is not None and stored.api_key == "snd_rotated_9"
+    assert stored.admin_key == "adm_rotated_9"
+    assert [(s.id, s.value) for s in stored.secrets] == [("s1", b"whsec_rotated_9")]
+    with store.engine.connect() as conn:
+        row = conn.execute(sa.text("SELECT * FROM hookledger_account")).mappings().one()
+    assert row["key_id"] == "k2"
+    assert all(row[c].startswith("{enc1:k2:") for c in ("secrets", "api_key", "admin_key"))
     failed = store.operations.get("evt_l2")
     assert failed is not None and failed.id is not None
     assert EMAIL in (store.operations.handler_runs(failed.id)["failing"].last_error or "")

@@ -206,6 +206,7 @@ def test_rotate_keys_for_one_account_leaves_the_others_under_their_key(
         "conflicts": 1,
         "rejections": 1,
         "handler_errors": 1,
+        "accounts": 0,  # none in hookledger's own account table
     }
     dry = _cli(new, "rotate-keys", "--account", "eu", "--dry-run", "--json")
     assert dry.exit_code == 0, dry.output
@@ -238,6 +239,7 @@ def test_rotate_keys_for_one_account_leaves_the_others_under_their_key(
         "conflicts": 0,
         "rejections": 0,
         "handler_errors": 0,
+        "accounts": 0,
     }
 
 

@@ -210,3 +210,76 @@ def test_every_account_reconciles_in_turn_and_one_failing_stops_no_other(
         assert "== account eu: exit 0" in mixed.stdout and "== account us: exit 0" in mixed.stdout
         for key in ("snd_eu_key_0001", "snd_us_key_0001", "snd_down_key_01"):
             assert key not in mixed.stdout + mixed.stderr + both.stdout + both.stderr
+
+
+def test_stored_accounts_are_reconciled_with_the_configured_ones(database_url: str) -> None:
+    """``reconcile --account ID`` and ``run --all-accounts`` include the accounts of
+    hookledger's own table (``hookledger accounts add``), their API keys opened with
+    HOOKLEDGER_DATA_KEYS; an inactive one is left alone."""
+    import base64
+
+    import receiver.storage.database as db
+    from receiver.core.accounts import Account
+    from receiver.core.keyring import parse_data_keys
+    from receiver.core.signature import parse_secrets
+    from receiver.store import Store
+
+    data_keys = "k1:" + base64.b64encode(b"7" * 32).decode()
+    with (
+        SandboxServer("snd_eu_key_0001", merchant_id="merchant_eu") as eu,
+        SandboxServer("snd_st_key_0001", merchant_id="merchant_st") as stored,
+    ):
+        eu.sandbox.seed_payments(3, eu.sandbox.now())
+        stored.sandbox.seed_payments(4, stored.sandbox.now())
+        accounts = {
+            "eu": {
+                "merchant_id": "merchant_eu",
+                "secrets": "k:a",
+                "api_key": "snd_eu_key_0001",
+                "base_url": eu.base_url,
+            }
+        }
+        env = {
+            "HOOKLEDGER_ACCOUNTS": json.dumps(accounts),
+            "HOOKLEDGER_API_KEY": "",
+            "HOOKLEDGER_DATA_KEYS": data_keys,
+        }
+        assert _run(database_url, None, "db", "upgrade", env=env).returncode == 0
+        engine = db.make_engine(database_url)
+        try:
+            table = Store(engine, keyring=parse_data_keys(data_keys)).accounts
+            for account_id, active in (("shop-st", True), ("shop-off", False)):
+                table.add(
+                    Account(
+                        id=account_id,
+                        merchant_id="merchant_st",
+                        secrets=parse_secrets("k:c"),
+                        api_key="snd_st_key_0001",
+                        base_url=stored.base_url,
+                        active=active,
+                    )
+                )
+        finally:
+            engine.dispose()
+        for account in ("eu", "shop-st"):
+            adopt = _run(
+                database_url, None, "--account", account, "adopt", "--new-account", env=env
+            )
+            assert adopt.returncode == 0, adopt.stderr
+        off = _run(database_url, None, "--account", "shop-off", "run", env=env)
+        assert off.returncode == 2 and "inactive" in off.stderr
+        both = _run(
+            database_url, None, "run", "--all-accounts", "--json", "--kind", "payments", env=env
+        )
+        assert both.returncode == 0, both.stderr
+        reports = json.loads(both.stdout)
+        recovered = {a: r["kinds"]["payments"]["recovered"] for a, r in reports["accounts"].items()}
+        assert recovered == {
+            "eu": {"payment_succeeded": 3},
+            "shop-st": {"payment_succeeded": 4},
+        }
+        one = _run(database_url, None, "--account", "shop-st", "report", "--json", env=env)
+        assert json.loads(one.stdout)[0]["kinds"]["payments"]["recovered"] == {
+            "payment_succeeded": 4
+        }
+        assert "snd_st_key_0001" not in both.stdout + both.stderr + one.stdout + one.stderr
