@@ -62,7 +62,13 @@ def test_the_scheduler_refuses_a_database_without_adoption(database_url: str) ->
     assert "reconcile adopt" in lines[0] and "--new-account" in lines[0]
 
 
-def test_every_procfile_process_starts_and_stops(database_url: str) -> None:
+#: What each process prints once SIGTERM stops it cleanly (its handler is set): a SIGTERM
+#: before that ends it by the signal (-15), which says nothing of its graceful stop (seen
+#: on a loaded machine, where the scheduler was still starting when the web answered).
+READY = {"worker": " started", "scheduler": "reconcile schedule: "}
+
+
+def test_every_procfile_process_starts_and_stops(database_url: str, tmp_path: Path) -> None:
     port = _port()
     with SandboxServer(API_KEY) as sandbox:
         env = dict(
@@ -83,13 +89,14 @@ def test_every_procfile_process_starts_and_stops(database_url: str) -> None:
         ):
             done = subprocess.run(setup, env=env, cwd=ROOT, capture_output=True, text=True)
             assert done.returncode == 0, done.stderr
+        logs = {name: tmp_path / f"{name}.log" for name in _procfile()}
         procs = {
             name: subprocess.Popen(
                 ["bash", "-c", f"exec {command}"],
                 env=env,
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stderr=logs[name].open("wb"),
             )
             for name, command in _procfile().items()
         }
@@ -104,11 +111,14 @@ def test_every_procfile_process_starts_and_stops(database_url: str) -> None:
                     pass
                 assert time.monotonic() < deadline, "web did not answer"
                 time.sleep(0.2)
+            for name, marker in READY.items():
+                while marker not in logs[name].read_text(errors="replace"):
+                    assert procs[name].poll() is None, f"{name} exited: {logs[name].read_text()}"
+                    assert time.monotonic() < deadline + 30, f"{name} did not start"
+                    time.sleep(0.1)
             time.sleep(1.0)
             for name, proc in procs.items():
-                assert proc.poll() is None, (
-                    f"{name} exited: {proc.stderr.read() if proc.stderr else ''}"
-                )
+                assert proc.poll() is None, f"{name} exited: {logs[name].read_text()}"
         finally:
             codes = {}
             for proc in procs.values():
@@ -119,6 +129,6 @@ def test_every_procfile_process_starts_and_stops(database_url: str) -> None:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     codes[name] = proc.wait()
-                if proc.stderr:
-                    proc.stderr.close()
-    assert codes == {"web": 0, "worker": 0, "scheduler": 0}
+    assert codes == {"web": 0, "worker": 0, "scheduler": 0}, {
+        name: log.read_text(errors="replace")[-2000:] for name, log in logs.items()
+    }
