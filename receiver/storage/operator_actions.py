@@ -294,6 +294,15 @@ class Operations:
         with self.storage.deferred.connect() as conn:
             return _status_counts(conn)
 
+    def dead_count(self, *, account: str | None = None) -> int:
+        """The dead letters (of ``account`` only, when given): read through the status
+        index, so its cost is the number of dead letters, not the size of the inbox."""
+        query = select(func.count()).select_from(EVENT).where(EVENT.c.status == EventStatus.DEAD)
+        if account is not None:
+            query = query.where(EVENT.c.account == account)
+        with self.storage.deferred.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
     # -- objects and the cut-over ---------------------------------------------------------
 
     def projection(

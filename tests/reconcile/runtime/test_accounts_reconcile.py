@@ -161,3 +161,28 @@ def test_a_store_or_events_path_of_another_account_is_refused(
             store=ReconcileStore(store.engine, account="us"),
             account="eu",
         )
+
+
+def test_a_runs_dead_letter_count_is_its_own_accounts(
+    platform: tuple[Flask, dict[str, Account], list[Any]],
+) -> None:
+    """Regression: the report's ``dead_letter`` counted every account's dead letters, with a
+    count of the whole inbox by status that every account's run repeated (its cost grew
+    with the inbox: the 1,000-account reconcile bench was not linear)."""
+    from receiver.core.events import parse_event
+    from receiver.testing.factories import build_event, encode
+
+    app, accounts, _ = platform
+    store = WebhookReceiver.state(app).store
+    with freeze_time(START):
+        for i in range(3):
+            body = encode(build_event("payment_succeeded", object_id=f"pay_dead{i}"))
+            pk = store.inbox.insert(parse_event(body), body, account="us").pk
+            with store.engine.begin() as conn:
+                conn.exec_driver_sql(
+                    f"UPDATE hookledger_event SET status = 'dead' WHERE id = {int(pk)}"
+                )
+        reports = {name: a.reconciler.run(ReconcileOptions()) for name, a in accounts.items()}
+    assert reports["eu"].dead_letter == 0
+    assert reports["us"].dead_letter == 3
+    assert store.operations.dead_count() == 3
