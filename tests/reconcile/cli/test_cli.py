@@ -283,3 +283,63 @@ def test_stored_accounts_are_reconciled_with_the_configured_ones(database_url: s
             "payment_succeeded": 4
         }
         assert "snd_st_key_0001" not in both.stdout + both.stderr + one.stdout + one.stderr
+
+
+def test_a_new_seller_is_adopted_while_another_account_reconciles(database_url: str) -> None:
+    """Issue 19: onboarding a seller with history (``--account asia adopt``) while another
+    account's run is in progress (its list slowed to 2 s a page): neither waits for the
+    other's lock, the adoption ends first, both exit 0, and the next run of every account
+    is ok (the seller's history was recorded as seen, not dispatched as new)."""
+    with (
+        SandboxServer("snd_eu_key_0001", merchant_id="merchant_eu") as eu,
+        SandboxServer("snd_asia_key_001", merchant_id="merchant_asia") as asia,
+    ):
+        eu.sandbox.seed_payments(5, eu.sandbox.now())
+        asia.sandbox.seed_payments(40, asia.sandbox.now())
+        accounts = {
+            "eu": {"merchant_id": "merchant_eu", "secrets": "k:a", "api_key": "snd_eu_key_0001"},
+            "asia": {
+                "merchant_id": "merchant_asia",
+                "secrets": "k:b",
+                "api_key": "snd_asia_key_001",
+            },
+        }
+        accounts["eu"]["base_url"] = eu.base_url
+        accounts["asia"]["base_url"] = asia.base_url
+        env = {"HOOKLEDGER_ACCOUNTS": json.dumps(accounts), "HOOKLEDGER_API_KEY": ""}
+        assert _run(database_url, None, "db", "upgrade", env=env).returncode == 0
+        adopt = _run(database_url, None, "--account", "eu", "adopt", "--new-account", env=env)
+        assert adopt.returncode == 0, adopt.stderr
+        eu.sandbox.faults.once("timeout", count=2, path="/payments/list", seconds=2.0)
+        full_env = {
+            **os.environ,
+            "HOOKLEDGER_DATABASE_URL": database_url,
+            **env,
+        }
+
+        def spawn(*args: str) -> subprocess.Popen[str]:
+            return subprocess.Popen(
+                [sys.executable, "-m", "reconcile", *args],
+                env=full_env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+
+        running = spawn("--account", "eu", "run", "--kind", "payments")
+        onboarding = spawn("--account", "asia", "adopt")
+        adopted_code = onboarding.wait(timeout=120)
+        adopted_err = onboarding.stderr.read() if onboarding.stderr else ""
+        assert running.poll() is None, "the other account's run should still be going"
+        assert adopted_code == 0, adopted_err
+        assert running.wait(timeout=120) == 0, running.stderr.read() if running.stderr else ""
+        for proc in (running, onboarding):
+            for stream in (proc.stdout, proc.stderr):
+                if stream:
+                    stream.close()
+        after = _run(database_url, None, "run", "--all-accounts", "--json", env=env)
+        assert after.returncode == 0, after.stdout + after.stderr
+        reports = json.loads(after.stdout)["accounts"]
+        assert reports["asia"]["kinds"]["payments"]["recovered"] == {}
+        assert reports["eu"]["status"] == "ok" and reports["asia"]["status"] == "ok"
