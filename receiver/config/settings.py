@@ -35,6 +35,9 @@ DOCUMENTED: Mapping[str, str] = {
     "ACCOUNTS": 'further processor accounts, a JSON object {"<account>": {"merchant_id": '
     '..., "profile_ids": [...], "secrets": "id:secret,...", "api_key": ...}} '
     "(see the README, 'Several accounts')",
+    "ACCOUNTS_IN_TABLE": "1/true: the accounts may all be in hookledger's own table "
+    "('hookledger accounts'), so the web and worker processes start with no account "
+    "configured (default: a configured account with secrets is required)",
     "MAX_BODY_BYTES": "largest accepted webhook body in bytes (default 1048576)",
     "URL_PREFIX": "where the blueprint is mounted (default /webhooks)",
     "LEASE_SECONDS": "worker lease on an event, renewed while handlers run (default 60)",
@@ -119,6 +122,9 @@ class Settings:
 
         secrets = parse_secrets(get("SECRETS"))
         accounts = list(parse_accounts(get("ACCOUNTS")))
+        # Every account may be in hookledger's own table (``hookledger accounts``): then the
+        # configuration need not name one, as with a source of the merchant's own.
+        external_accounts = external_accounts or _bool(get("ACCOUNTS_IN_TABLE", ""))
         merchant_id = get("MERCHANT_ID") or None
         if any(a.id == DEFAULT_ACCOUNT for a in accounts):
             if secrets or merchant_id:

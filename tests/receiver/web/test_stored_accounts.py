@@ -288,3 +288,25 @@ def test_the_migration_goes_up_and_down(database_url: str) -> None:
         assert db.current_revision(engine) == "0008"
     finally:
         engine.dispose()
+
+
+def test_a_platform_with_every_account_in_the_table_starts_with_none_configured(
+    make_app: AppFactory,
+) -> None:
+    """``HOOKLEDGER_ACCOUNTS_IN_TABLE``: no account in the configuration at all (no
+    ``HOOKLEDGER_SECRETS``); the processes start, and each seller added with
+    ``hookledger accounts add`` receives at its URL and at the shared URL. Without the
+    setting, the same configuration is refused at start (a forgotten secret must not make a
+    receiver that refuses every delivery)."""
+    from receiver.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="no webhook secret"):
+        make_app(data_keys=f"k1:{KEY1}", secrets="")
+    app, _ = make_app(data_keys=f"k1:{KEY1}", secrets="", accounts_in_table="1")
+    body = build_event("payment_succeeded", merchant_id="m_shop", object_id="pay_t1")
+    assert _post(app, "/webhooks/", body, SHOP_SECRET)[1]["error"]["code"] == "HL_07"
+    assert _add(app, "shop-1").exit_code == 0
+    assert _post(app, "/webhooks/shop-1/", body, SHOP_SECRET)[0] == 200
+    again = build_event("payment_succeeded", merchant_id="m_shop", object_id="pay_t2")
+    assert _post(app, "/webhooks/", again, SHOP_SECRET)[0] == 200
+    assert _accounts_of_events(app) == ["shop-1", "shop-1"]
