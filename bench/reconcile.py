@@ -158,7 +158,7 @@ def measure(what: str, base_url: str, db_url: str, traced: bool, limit: float | 
     import receiver.storage.database as db
     from receiver.store import Store
     from reconcile.client.processor import ProcessorClient
-    from reconcile.runtime.runner import ReconcileOptions, Reconciler
+    from reconcile.runtime.runner import DEFAULT_MAX_REQUESTS, ReconcileOptions, Reconciler
 
     engine = db.make_engine(db_url)
     client = ProcessorClient(base_url, API_KEY)
@@ -209,7 +209,11 @@ def measure(what: str, base_url: str, db_url: str, traced: bool, limit: float | 
             listed_seconds=state["t"],
         )
     else:
-        pager = client.iter_payments(SINCE, UNTIL, page_size=100, on_stuck="report")
+        # The reconciler's own budget per window (a direct call's default, 1,000 list
+        # calls, stops short of 100,000 payments at 100 a page).
+        pager = client.iter_payments(
+            SINCE, UNTIL, page_size=100, on_stuck="report", max_requests=DEFAULT_MAX_REQUESTS
+        )
         count = 0
         for _ in pager:
             count += 1

@@ -79,7 +79,7 @@ def measure(base_url: str, db_url: str, accounts: int) -> int:
     import receiver.storage.database as db
     from receiver.store import Store
     from reconcile.client.processor import ProcessorClient
-    from reconcile.runtime.runner import ReconcileOptions, Reconciler
+    from reconcile.runtime.runner import DEFAULT_MAX_REQUESTS, ReconcileOptions, Reconciler
 
     since = datetime.fromisoformat(CREATED_FROM) - timedelta(minutes=5)
     until = datetime.fromisoformat(CREATED_TO) + timedelta(minutes=5)
@@ -113,7 +113,9 @@ def measure(base_url: str, db_url: str, accounts: int) -> int:
     floor_pages: list[int] = []
     for client in clients:
         t0 = time.perf_counter()
-        pager = client.iter_payments(since, until, page_size=100, on_stuck="report")
+        pager = client.iter_payments(
+            since, until, page_size=100, on_stuck="report", max_requests=DEFAULT_MAX_REQUESTS
+        )
         for _ in pager:
             pass
         floor.append(time.perf_counter() - t0)
