@@ -148,10 +148,7 @@ class Queue:
             ]
         self._after = accounts[-1] if len(accounts) == ACCOUNTS_PER_CLAIM else ""
         share = max(2, -(-scan // max(1, len(accounts))))
-        per_account: list[list[tuple[str, int]]] = []
-        for account in accounts:
-            query = self._sql.due_candidates(self._due(now), now, share, account)
-            per_account.append([(row.object_key, int(row.id)) for row in conn.execute(query)])
+        per_account = self._sql.due_of_accounts(conn, self._due(now), now, share, accounts)
         candidates: dict[str, int] = {}
         for turn in itertools.zip_longest(*per_account):
             for found in turn:

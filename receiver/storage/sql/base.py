@@ -113,6 +113,20 @@ class Statements(ABC):
         ``id, object_key`` by ``next_attempt_at, id``, read through the index over open
         events in that order (it stops after ``scan`` rows, whatever the backlog)."""
 
+    def due_of_accounts(
+        self, conn: Connection, due: Any, now: datetime, share: int, accounts: Sequence[str]
+    ) -> list[list[tuple[str, int]]]:
+        """Each of ``accounts``' up to ``share`` due events (``object_key, id``, in due order,
+        as :meth:`due_candidates`), in ``accounts`` order: here one query per account (on
+        SQLite a statement is a call into the library, not a round trip)."""
+        return [
+            [
+                (row.object_key, int(row.id))
+                for row in conn.execute(self.due_candidates(due, now, share, account))
+            ]
+            for account in accounts
+        ]
+
     def accounts_open(self, conn: Connection, after: str, limit: int) -> list[str]:
         """Up to ``limit`` accounts with open events, in order, after ``after``: a skip
         scan of the index over open events (one probe per account, whatever the backlog)."""

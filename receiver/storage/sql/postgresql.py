@@ -94,6 +94,21 @@ ACCOUNTS_OPEN = text(
     ") SELECT account FROM a WHERE account IS NOT NULL"
 )
 
+#: Every given account's due events in one statement: per account (in the array's order) a
+#: walk of the open-events index in due order, ``LIMIT :share``, locked without waiting (a
+#: query per account cost a round trip each: with 16 accounts per claim, a quarter of the
+#: dispatch rate).
+DUE_OF_ACCOUNTS = text(
+    "SELECT a.ord, c.object_key, c.id FROM unnest(CAST(:accounts AS text[]))"
+    " WITH ORDINALITY AS a(account, ord)"
+    " CROSS JOIN LATERAL (SELECT e.id, e.object_key, e.next_attempt_at FROM hookledger_event AS e"
+    " WHERE e.account = a.account AND e.status IN ('pending', 'processing')"
+    " AND e.next_attempt_at <= :now"
+    " AND (e.lease_expires_at IS NULL OR e.lease_expires_at < :now)"
+    " ORDER BY e.next_attempt_at, e.id LIMIT :share FOR UPDATE OF e SKIP LOCKED) AS c"
+    " ORDER BY a.ord, c.next_attempt_at, c.id"
+)
+
 #: The guard's reads: one probe of a unique index per key (``LATERAL ... LIMIT 1`` keeps the
 #: planner from joining, or matching each column against a set of values, which reads the
 #: whole table once it judges the set large, or the table small: a worker's connection
@@ -275,6 +290,17 @@ class PostgreSQLStatements(Statements):
         return {r[0] for r in conn.execute(WAITING_OBJECTS, {"keys": list(object_keys)})}
 
     # -- queue ----------------------------------------------------------------------------
+
+    def due_of_accounts(
+        self, conn: Connection, due: Any, now: datetime, share: int, accounts: Sequence[str]
+    ) -> list[list[tuple[str, int]]]:
+        found: list[list[tuple[str, int]]] = [[] for _ in accounts]
+        rows = conn.execute(
+            DUE_OF_ACCOUNTS, {"accounts": list(accounts), "now": now, "share": share}
+        )
+        for ord_, object_key, pk in rows:
+            found[int(ord_) - 1].append((object_key, int(pk)))
+        return found
 
     def due_candidates(self, due: Any, now: datetime, scan: int, account: str) -> Any:
         return self.skip_locked(
