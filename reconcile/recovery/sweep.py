@@ -33,19 +33,16 @@ from sqlalchemy import (
     Connection,
     Engine,
     Table,
-    Text,
     and_,
-    any_,
-    bindparam,
     delete,
     func,
     literal,
     or_,
     select,
+    text,
     union_all,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import ARRAY
 
 import receiver.core.transitions as transitions
 from receiver.core.accounts import DEFAULT_ACCOUNT
@@ -58,6 +55,13 @@ from reconcile.storage.tables import FollowedObject
 log = logging.getLogger("reconcile.sweep")
 
 F: Table = FollowedObject.__table__  # type: ignore[attr-defined]
+
+#: Stop following settled objects (PostgreSQL): the ids joined as an array of the key's own
+#: type, so each is a probe of the primary key.
+_SETTLE_PG = text(
+    "DELETE FROM hookledger_recon_object AS f USING unnest(CAST(:ids AS varchar[])) AS k(id)"
+    " WHERE f.account = :account AND f.kind = :kind AND f.object_id = k.id"
+)
 P: Table = Projection.__table__  # type: ignore[attr-defined]
 
 DAY: Final = timedelta(days=1)
@@ -312,14 +316,11 @@ class FollowedObjects:
             )
         for kind, ids in plan.settle.items():
             if self._pg:
-                # One array parameter: the statement text is the same for every chunk.
-                conn.execute(
-                    delete(F).where(
-                        F.c.account == self.account,
-                        F.c.kind == kind,
-                        F.c.object_id == any_(bindparam("ids", ids, type_=ARRAY(Text()))),
-                    )
-                )
+                # One array parameter: the statement text is the same for every chunk, and
+                # a join with it probes the primary key per id (``object_id = ANY(...)``
+                # let a plan made while the table had no statistics scan it whole for
+                # every chunk: 20 ms a chunk at 20,000 followed objects).
+                conn.execute(_SETTLE_PG, {"account": self.account, "kind": kind, "ids": ids})
             else:
                 conn.execute(
                     delete(F).where(
