@@ -33,6 +33,7 @@ from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.guard import CutOver
 from receiver.core.transitions import State, make_state, read_event
 from receiver.storage.database import MigrationTree, deferred_begin
+from receiver.storage.sql import statements_for
 from receiver.storage.tables import EventStatus, InboxEvent, Projection, Source
 from reconcile.core.diff import Local
 from reconcile.core.errors import ReconcileLocked
@@ -105,6 +106,7 @@ class ReconcileStore:
         #: The processor account whose projections this store compares with the processor.
         self.account = account
         self._pg = engine.dialect.name == "postgresql"
+        self._sql = statements_for(engine)
         self.reader = deferred_begin(engine)
 
     def __repr__(self) -> str:
@@ -287,9 +289,16 @@ class ReconcileStore:
             # Only the object index: an object has few events, the inbox may hold a backlog
             # (a status term would tempt SQLite's planner to read every open event).
             rows = conn.execute(
-                select(
-                    E.c.object_key, E.c.status, E.c.event_type, E.c.object_status, E.c.object_stage
-                ).where(E.c.object_key.in_(list(keys)))
+                self._sql.events_of_objects(
+                    (
+                        E.c.object_key,
+                        E.c.status,
+                        E.c.event_type,
+                        E.c.object_status,
+                        E.c.object_stage,
+                    ),
+                    list(keys),
+                )
             ).all()
         for key, event_status, event_type, status, stage in rows:
             if event_status not in EventStatus.OPEN:
@@ -312,10 +321,8 @@ class ReconcileStore:
                 )
             ).scalars()
             found = set(projected)
-            events = conn.execute(
-                select(E.c.object_key).where(E.c.object_key.in_(list(keys))).distinct()
-            ).scalars()
-            found.update(keys[key] for key in events)
+            events = conn.execute(self._sql.events_of_objects((E.c.object_key,), list(keys)))
+            found.update(keys[key] for (key,) in events)
         return found
 
     def own_history(
@@ -345,8 +352,9 @@ class ReconcileStore:
         written_off: dict[str, set[int]] = {}
         with self.reader.connect() as conn:
             for key, pk, is_off in conn.execute(
-                select(E.c.object_key, E.c.id, case((off, True), else_=False)).where(
-                    E.c.object_key.in_(list(keys))
+                self._sql.events_of_objects(
+                    (E.c.object_key, E.c.id, case((off, True), else_=False).label("off")),
+                    list(keys),
                 )
             ):
                 if is_off:

@@ -102,6 +102,12 @@ class Statements(ABC):
         processed), found through the object index: one probe per key, whatever the number
         of open events of other objects."""
 
+    @abstractmethod
+    def events_of_objects(self, columns: Sequence[Any], object_keys: Sequence[str]) -> Select[Any]:
+        """``columns`` of every stored event of ``object_keys``, read through the object
+        index only (an object has few events; the inbox may hold millions, and the open
+        ones may be a backlog), whatever the planner's statistics."""
+
     # -- queue ----------------------------------------------------------------------------
 
     #: The statement of :meth:`accounts_open` (``:after``, ``:limit``).

@@ -179,6 +179,10 @@ class SQLiteStatements(Statements):
         names = {f"k{i}": key for i, key in enumerate(object_keys)}
         return {r[0] for r in conn.execute(sql_text(waiting_sql(len(names))), names)}
 
+    def events_of_objects(self, columns: Sequence[Any], object_keys: Sequence[str]) -> Select[Any]:
+        # SQLite seeks the object index for each key of the list.
+        return select(*columns).where(EVENT.c.object_key.in_(list(object_keys)))
+
     # -- queue ----------------------------------------------------------------------------
 
     def due_candidates(self, due: Any, now: datetime, scan: int, account: str) -> Any:

@@ -16,14 +16,12 @@ sequentially, or read more than a batch's worth of their rows.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from receiver.core.events import parse_event
 from receiver.core.registry import Registry
@@ -31,6 +29,7 @@ from receiver.store import Store
 from receiver.testing.factories import build_event, encode
 from receiver.worker.runner import Worker, WorkerConfig
 from tests.conftest import backend
+from tests.plans import Planner, capture, no_statistics, read_in_full
 
 pytestmark = [
     pytest.mark.storage,
@@ -47,21 +46,6 @@ BIG = {
 TABLES = (*BIG, "hookledger_object_lease")
 HISTORY = 20_000  # rows of each history table: many pages, so a sequential scan is costly
 PENDING = 96  # due events, more than one batch
-
-
-def _no_statistics(engine: sa.Engine) -> None:
-    """Autovacuum off (it would analyse the tables as they fill), no statistics left."""
-    with engine.begin() as conn:
-        for table in TABLES:
-            conn.execute(sa.text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
-        conn.execute(
-            sa.text(
-                "DELETE FROM pg_statistic WHERE starelid = ANY("
-                "SELECT c.oid FROM pg_class AS c WHERE c.relname = ANY(:tables)"
-                " AND c.relnamespace = to_regnamespace(current_schema()))"
-            ),
-            {"tables": list(TABLES)},
-        )
 
 
 def _fill_history(engine: sa.Engine, history: int) -> None:
@@ -124,118 +108,9 @@ def _insert_due(store: Store, n: int, *, prefix: str) -> None:
 
 @pytest.fixture
 def captured(engine: sa.Engine) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    statements: list[tuple[str, dict[str, Any]]] = []
-
-    def capture(
-        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
-    ) -> None:
-        if re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", statement, re.IGNORECASE):
-            params = parameters[0] if many else parameters
-            statements.append((statement, dict(params or {})))
-
-    event.listen(engine, "before_cursor_execute", capture)
+    statements, stop = capture(engine)
     yield statements
-    event.remove(engine, "before_cursor_execute", capture)
-
-
-def _numbered(statement: str) -> tuple[str, list[str]]:
-    """``statement`` with ``$n`` placeholders for its ``%(name)s`` ones, and the names."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    return re.sub(r"%\((\w+)\)s", number, statement), names
-
-
-class _Planner:
-    """A connection of its own holding the worker's statements prepared, with the generic
-    plans PostgreSQL made for them when they first ran (as a worker's connection keeps them)."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        import psycopg
-
-        # Not a pooled connection: psycopg deallocates every statement of a connection it
-        # had prepared statements of its own on, when a transaction is rolled back.
-        url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        self.conn: Any = psycopg.connect(url, autocommit=True, prepare_threshold=None)
-        self._prepared: dict[str, tuple[str, list[str]]] = {}
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def _cursor(self) -> Any:
-        import psycopg
-
-        return psycopg.ClientCursor(self.conn)
-
-    def prepare(self, statements: dict[str, dict[str, Any]]) -> None:
-        """Prepare each statement and make its generic plan now (with these parameters)."""
-        cur = self._cursor()
-        cur.execute("SET plan_cache_mode = force_generic_plan")
-        for statement, params in statements.items():
-            name = f"hl_plan_{len(self._prepared)}"
-            numbered, names = _numbered(statement)
-            cur.execute(f"PREPARE {name} AS {numbered}")
-            self._prepared[statement] = (name, names)
-            self._run(cur, statement, params, analyze=False)
-
-    def _run(self, cur: Any, statement: str, params: dict[str, Any], *, analyze: bool) -> Any:
-        name, names = self._prepared[statement]
-        args = ", ".join(["%s"] * len(names))
-        options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
-        cur.execute("BEGIN")
-        try:
-            cur.execute(f"EXPLAIN ({options}) EXECUTE {name}({args})", [params[n] for n in names])
-            return cur.fetchone()[0]
-        finally:
-            cur.execute("ROLLBACK")
-
-    def generic(self, statement: str, params: dict[str, Any]) -> Any:
-        """The kept generic plan, run (and rolled back) with ``params``."""
-        return self._run(self._cursor(), statement, params, analyze=True)
-
-    def custom(self, statement: str, params: dict[str, Any]) -> Any:
-        """The plan made for ``params`` now (the values inlined), run and rolled back."""
-        cur = self._cursor()
-        cur.execute("BEGIN")
-        try:
-            cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
-            return cur.fetchone()[0]
-        finally:
-            cur.execute("ROLLBACK")
-
-
-def _read_in_full(plan: Any, limit: int) -> set[str]:
-    """The big tables some node of an executed ``plan`` scans sequentially, or reads more
-    than ``limit`` rows of (kept or filtered out, over all its loops)."""
-    found: set[str] = set()
-    for node in _nodes(plan):
-        table = node.get("Relation Name")
-        if table not in BIG:
-            continue
-        loops = node.get("Actual Loops", 1)
-        touched = loops * (
-            node.get("Actual Rows", 0)
-            + node.get("Rows Removed by Filter", 0)
-            + node.get("Rows Removed by Index Recheck", 0)
-        )
-        if node["Node Type"] == "Seq Scan" or touched > limit:
-            found.add(table)
-    return found
-
-
-def _nodes(plan: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(plan, dict):
-        if "Node Type" in plan:
-            yield plan
-        for value in plan.values():
-            yield from _nodes(value)
-    elif isinstance(plan, list):
-        for value in plan:
-            yield from _nodes(value)
+    stop()
 
 
 def _batch(worker: Worker, captured: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -250,14 +125,14 @@ def test_worker_statements_stay_on_indexes_as_the_history_grows(
 ) -> None:
     """The plans a worker's connection makes on an empty ledger, kept (generic) or made
     again (custom) once the ledger has a history, never read a big table in full."""
-    _no_statistics(engine)
+    no_statistics(engine, TABLES)
     registry = Registry()
     registry.on_any(name="bench.noop")(lambda event: None)
     worker = Worker(store, registry, WorkerConfig(batch_size=64))
     _insert_due(store, PENDING, prefix="early")
     early = _batch(worker, captured)
     assert any("hookledger_transition" in s for s in early)  # the guard ran
-    planner = _Planner(engine)
+    planner = Planner(engine)
     try:
         planner.prepare(early)
         _fill_history(engine, HISTORY)
@@ -271,7 +146,7 @@ def test_worker_statements_stay_on_indexes_as_the_history_grows(
             if statement in early:
                 plans["generic (made on the empty ledger)"] = planner.generic(statement, params)
             for mode, plan in plans.items():
-                if tables := _read_in_full(plan, limit):
+                if tables := read_in_full(plan, limit, BIG):
                     summary = " ".join(statement.split())[:160]
                     problems.append(f"{mode}: {sorted(tables)} in {summary}")
         assert problems == [], json.dumps(problems, indent=1)
@@ -289,7 +164,7 @@ def test_worker_statements_stay_on_indexes_as_the_history_grows(
 
 def test_history_has_no_statistics(engine: sa.Engine) -> None:
     """The plans test runs without statistics (none were gathered, none are left)."""
-    _no_statistics(engine)
+    no_statistics(engine, TABLES)
     _fill_history(engine, 100)
     with engine.connect() as conn:
         stats = conn.execute(
