@@ -34,6 +34,7 @@ from receiver.core.headers import DEFAULT_STORED_HEADERS, clean_headers
 from receiver.storage.context import Storage, is_unavailable, unavailable
 from receiver.storage.filelock import WritersLock
 from receiver.storage.groupcommit import GroupCommit
+from receiver.storage.held_connections import HeldConnections
 from receiver.storage.sealed_columns import same_body, seal_event_row
 from receiver.storage.sql.base import Stored
 from receiver.storage.sql.tables import CONFLICT, EVENT
@@ -153,8 +154,10 @@ class Inbox:
         self._group: GroupCommit[dict[str, Any], Inserted] | None = (
             GroupCommit(self._insert_batch) if group else None
         )
-        #: PostgreSQL: a batch is one statement, its own transaction (no BEGIN, no COMMIT).
+        #: PostgreSQL: a batch is one statement, its own transaction (no BEGIN, no COMMIT),
+        #: on a driver connection each thread holds (the rare follow-ups go through the pool).
         self._autocommit = storage.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._held = HeldConnections(storage.engine) if sql.one_statement_batches else None
         self._insert_conflict = sql.insert(CONFLICT).on_conflict_do_nothing(
             index_elements=["account", "event_id", "body_sha256"]
         )
@@ -451,41 +454,34 @@ class Inbox:
         conflicts (rare), one statement storing them. Raises :class:`StorageUnavailable`
         when the database cannot be reached (nothing was written then).
 
-        No pre-ping: a pooled connection that died while idle fails the statement, which
-        is then run once more on a new connection (safe: the statement is its own
-        transaction and idempotent; had the lost attempt committed, the delivery is answered
-        as a duplicate of itself, acknowledged all the same)."""
-        for attempt in (1, 2):
-            try:
+        The statement runs on this thread's held driver connection
+        (:mod:`receiver.storage.held_connections`). No pre-ping: a connection that died while
+        idle fails the statement, which is then run once more on a new connection (safe:
+        the statement is its own transaction and idempotent; had the lost attempt committed,
+        the delivery is answered as a duplicate of itself, acknowledged all the same)."""
+        try:
+            assert self._held is not None
+            written = self._sql.insert_deliveries(self._held.fetchall, rows)
+            missing = [
+                v["event_id"]
+                for v in rows
+                if v["event_id"] not in written.inserted and v["event_id"] not in written.found
+            ]
+            if missing:  # committed by another session while the statement ran
                 with self._autocommit.connect() as conn:
-                    written = self._sql.insert_deliveries(conn, rows)
-                    missing = [
-                        v["event_id"]
-                        for v in rows
-                        if v["event_id"] not in written.inserted
-                        and v["event_id"] not in written.found
-                    ]
-                    if missing:  # committed by another session while the statement ran
-                        for account in {v["account"] for v in rows}:
-                            written.found.update(
-                                self._stored(
-                                    conn,
-                                    account,
-                                    [v["event_id"] for v in rows if v["account"] == account],
-                                    only=missing,
-                                )
+                    for account in {v["account"] for v in rows}:
+                        written.found.update(
+                            self._stored(
+                                conn,
+                                account,
+                                [v["event_id"] for v in rows if v["account"] == account],
+                                only=missing,
                             )
-                break
-            except DBAPIError as exc:
-                if attempt == 1 and exc.connection_invalidated:
-                    log.warning(
-                        "database connection lost; writing the deliveries again on a new one",
-                        extra={"action": "reconnect"},
-                    )
-                    continue
-                if not is_unavailable(exc):
-                    raise
-                raise StorageUnavailable() from exc
+                        )
+        except DBAPIError as exc:
+            if not is_unavailable(exc):
+                raise
+            raise StorageUnavailable() from exc
         outcomes: list[Inserted | BaseException] = []
         conflicts: list[int] = []
         for values in rows:

@@ -11,12 +11,15 @@ implement them in the same order, so the two versions of one statement can be re
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import Connection, CursorResult, Select, Table
+
+#: Runs one statement with the driver's own placeholders as its own transaction; its rows.
+Fetchall = Callable[[str, Mapping[str, Any]], list[tuple[Any, ...]]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,10 +89,10 @@ class Statements(ABC):
         """The id of the row :attr:`insert_event` inserted, ``None`` if it was ignored."""
 
     def insert_deliveries(
-        self, conn: Connection, rows: Sequence[dict[str, Any]]
+        self, fetchall: Fetchall, rows: Sequence[dict[str, Any]]
     ) -> DeliveriesWritten:
-        """Insert-or-ignore deliveries with distinct event ids in one statement (see
-        :attr:`one_statement_batches`)."""
+        """Insert-or-ignore deliveries with distinct event ids in one statement, run by
+        ``fetchall`` (its own transaction: see :attr:`one_statement_batches`)."""
         raise NotImplementedError(f"{self.name}: one transaction per batch instead")
 
     @abstractmethod

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from receiver.storage.sql.base import DeliveriesWritten, Outcomes, Statements, Stored
+from receiver.storage.sql.base import DeliveriesWritten, Fetchall, Outcomes, Statements, Stored
 from receiver.storage.sql.tables import EVENT, EVENT_COLUMNS, OPEN_SQL, OUTCOME_COLUMNS
 
 INSERT_EVENTS = text(
@@ -279,7 +279,7 @@ class PostgreSQLStatements(Statements):
         return None if pk is None else int(pk)
 
     def insert_deliveries(
-        self, conn: Connection, rows: Sequence[dict[str, Any]]
+        self, fetchall: Fetchall, rows: Sequence[dict[str, Any]]
     ) -> DeliveriesWritten:
         params: dict[str, Any]
         if len(rows) == 1:
@@ -289,7 +289,7 @@ class PostgreSQLStatements(Statements):
             params = {column: [row[column] for row in rows] for column in EVENT_COLUMNS}
         inserted: dict[str, int] = {}
         found: dict[str, Stored] = {}
-        for event_id, new_pk, pk, digest, key_id in conn.exec_driver_sql(sql, params):
+        for event_id, new_pk, pk, digest, key_id in fetchall(sql, params):
             if new_pk is not None:
                 inserted[event_id] = int(new_pk)
             elif pk is not None:

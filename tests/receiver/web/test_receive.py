@@ -456,30 +456,50 @@ def test_a_batch_of_several_accounts_answers_each_delivery_by_account_and_id(
 def test_postgres_connection_lost_while_idle_is_written_again_on_a_new_one(
     make_app: AppFactory,
 ) -> None:
-    # No pre-ping on every checkout: a pooled connection killed while idle fails the
-    # statement, which is run once more on a new connection (it is idempotent).
+    # No ping before use: the driver connection a web thread holds for its deliveries
+    # (receiver.storage.held_connections), killed while idle, fails the statement, which is
+    # run once more on a new connection (it is idempotent).
     app, _ = make_app()
     store = WebhookReceiver.state(app).store
     if store.engine.dialect.name != "postgresql":
-        pytest.skip("PostgreSQL's pooled connections")
+        pytest.skip("PostgreSQL's connections")
     client = WebhookTestClient(app)
     assert client.post(build_event("payment_succeeded")).get_json()["status"] == "inserted"
-    # This pool's own connections only (the database is shared with other test runs).
-    held = [store.engine.connect() for _ in range(store.engine.pool.checkedin())]
-    pids = [conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() for conn in held]
-    for conn in held:
-        conn.close()
+    held = store.inbox._held  # this thread's connection, and no other test's
+    assert held is not None
+    pids = [conn.info.backend_pid for conn in list(held._held)]
     killer = sa.create_engine(store.engine.url, poolclass=sa.pool.NullPool)
     with killer.connect() as conn:
         for pid in pids:
             conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-    killer.dispose()
     assert pids
     time.sleep(0.1)
     response = client.post(build_event("payment_succeeded", event_id="evt_after_kill"))
     assert response.status_code == 200
     assert response.get_json()["status"] == "inserted"
-    assert store.operations.get("evt_after_kill") is not None
+    assert [conn.info.backend_pid for conn in list(held._held)] != pids
+    with killer.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT count(*) FROM hookledger_event WHERE event_id = 'evt_after_kill'")
+        ).scalar_one()
+    killer.dispose()
+    assert stored == 1
+
+
+def test_postgres_held_connections_close_with_the_engine(make_app: AppFactory) -> None:
+    app, _ = make_app()
+    store = WebhookReceiver.state(app).store
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's connections")
+    assert WebhookTestClient(app).post(build_event("payment_succeeded")).status_code == 200
+    held = store.inbox._held
+    assert held is not None
+    connections = list(held._held)
+    assert connections and not any(conn.closed for conn in connections)
+    store.engine.dispose()
+    assert all(conn.closed for conn in connections)
+    # The next delivery opens a new one.
+    assert WebhookTestClient(app).post(build_event("payment_succeeded")).status_code == 200
 
 
 def test_postgres_idle_connections_are_pinged_before_use(database_url: str) -> None:
