@@ -8,9 +8,11 @@ error messages. Everything not allowed is dropped before the row is built.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from receiver.core.errors import ConfigurationError
 
@@ -47,6 +49,36 @@ def clean_headers(
     a credential header (:data:`REDACTED_HEADERS`)."""
     kept = {k: v for k, v in headers if k.lower() in keep and k.lower() not in REDACTED_HEADERS}
     return json.dumps(kept, ensure_ascii=False, sort_keys=True)
+
+
+def environ_headers(
+    environ: Mapping[str, Any], keep: frozenset[str] = DEFAULT_STORED_HEADERS
+) -> list[tuple[str, str]]:
+    """Those request headers of a WSGI ``environ`` that :func:`clean_headers` would keep,
+    named as werkzeug names them (``X-Request-Id``): looked up by name, instead of
+    iterating over every header of the request and every variable of the environ."""
+    found = []
+    for name, key in _environ_keys(keep):
+        value = environ.get(key)
+        if value is not None and (value or not key.startswith("CONTENT_")):
+            found.append((name, value))
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def _environ_keys(keep: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """``(werkzeug's name, WSGI environ key)`` of each header kept (never a credential)."""
+    pairs = []
+    for name in sorted(keep - REDACTED_HEADERS):
+        if "_" in name:  # werkzeug names a header from its environ key, ``_`` as ``-``
+            continue
+        key = name.upper().replace("-", "_")
+        pairs.append((name.title(), key if key in _CGI_HEADERS else f"HTTP_{key}"))
+    return tuple(pairs)
+
+
+#: The two headers WSGI passes without the ``HTTP_`` prefix (PEP 3333).
+_CGI_HEADERS = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})
 
 
 def stored_headers(extra: Iterable[str] = ()) -> frozenset[str]:

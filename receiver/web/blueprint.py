@@ -34,6 +34,7 @@ from receiver.core.errors import (
     StorageUnavailable,
 )
 from receiver.core.events import Event, parse_event
+from receiver.core.headers import environ_headers
 from receiver.core.signature import SIGNATURE_HEADER, verify
 from receiver.storage.database import head_revision
 from receiver.web.state import ReceiverState, receiver_state
@@ -141,7 +142,7 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
         outcome = state.store.inbox.insert(
             event,
             body,
-            headers=request.headers.items(),
+            headers=environ_headers(request.environ, state.store.inbox.headers),
             secret_id=secret_id,
             account=account.id,
         )
