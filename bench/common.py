@@ -317,14 +317,19 @@ class Proc:
     """A child process in its own process group; stopped (TERM, then KILL) by its pid only."""
 
     def __init__(
-        self, args: Sequence[str], *, env: dict[str, str], stdout: int | IO[Any] | None = None
+        self,
+        args: Sequence[str],
+        *,
+        env: dict[str, str],
+        stdout: int | IO[Any] | None = None,
+        cwd: Path = ROOT,
     ):
         self.args = list(args)
         self._err = tempfile.TemporaryFile()
         self.popen = subprocess.Popen(
             self.args,
             env=env,
-            cwd=ROOT,
+            cwd=cwd,
             stdout=subprocess.DEVNULL if stdout is None else stdout,
             stderr=self._err,
             start_new_session=True,
@@ -390,6 +395,7 @@ class Gunicorn(Proc):
         if tree is not None:
             env["PYTHONPATH"] = str(tree)
             chdir = ["--chdir", str(tree)]
+            _check_imports_from(tree, env)
         super().__init__(
             [
                 str(BIN / "gunicorn"),
@@ -409,6 +415,9 @@ class Gunicorn(Proc):
                 app,
             ],
             env=env,
+            # gunicorn puts its working directory first on ``sys.path``: started here, a
+            # baseline would import this checkout's code, not ``tree``'s.
+            cwd=tree or ROOT,
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -423,6 +432,21 @@ class Gunicorn(Proc):
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"gunicorn did not start: {self.stderr_text()}")
+
+
+def _check_imports_from(tree: Path, env: dict[str, str]) -> None:
+    """Refuse to serve a baseline ``tree`` whose processes would import another checkout's
+    ``receiver`` (the editable install, or this one's)."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import receiver; print(receiver.__file__)"],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(found).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"a baseline in {tree} would import {found}")
 
 
 class TimedOut(Exception):
