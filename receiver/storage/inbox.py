@@ -37,6 +37,7 @@ from receiver.storage.groupcommit import GroupCommit
 from receiver.storage.held_connections import HeldConnections
 from receiver.storage.sealed_columns import same_body, seal_event_row
 from receiver.storage.sql.base import Stored
+from receiver.storage.sql.sqlite import SQLiteStatements
 from receiver.storage.sql.tables import CONFLICT, EVENT
 from receiver.storage.tables import EventStatus, Source
 
@@ -157,7 +158,6 @@ class Inbox:
         #: PostgreSQL: a batch is one statement, its own transaction (no BEGIN, no COMMIT),
         #: on a driver connection each thread holds (the rare follow-ups go through the pool).
         self._autocommit = storage.engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._held = HeldConnections(storage.engine) if sql.one_statement_batches else None
         self._insert_conflict = sql.insert(CONFLICT).on_conflict_do_nothing(
             index_elements=["account", "event_id", "body_sha256"]
         )
@@ -168,6 +168,15 @@ class Inbox:
         self._writers = (
             WritersLock(database + WRITERS_LOCK_SUFFIX)
             if database and database != ":memory:" and not database.startswith("file:")
+            else None
+        )
+        #: The driver connection each thread holds for its writes (PostgreSQL: a batch's
+        #: one statement; SQLite file: the pre-read and the batch's transaction; the rare
+        #: follow-ups and conflicts go through SQLAlchemy). None for a SQLite database in
+        #: memory (its one connection is the pool's).
+        self._held = (
+            HeldConnections(engine)
+            if sql.one_statement_batches or self._writers is not None
             else None
         )
 
@@ -332,6 +341,17 @@ class Inbox:
 
     def _insert_transaction(self, rows: list[dict[str, Any]]) -> list[Inserted]:
         try:
+            if self._held is not None:
+                return self._held.transaction(
+                    lambda conn: [self._insert_one_on_driver(conn, values) for values in rows]
+                )
+        except _Conflicting:
+            pass  # (rare) written again below, through SQLAlchemy, which keeps the conflict
+        except DBAPIError as exc:
+            if not is_unavailable(exc):
+                raise
+            raise StorageUnavailable() from exc
+        try:
             with self.storage.deferred.begin() as conn:
                 return [self._insert_one(conn, values) for values in rows]
         except DBAPIError as exc:
@@ -368,16 +388,17 @@ class Inbox:
         there)."""
         accounts = sorted({values["account"] for values in rows})
         event_ids = sorted({values["event_id"] for values in rows})
+        statement = _STORED_SQL.format(
+            ", ".join("?" * len(accounts)), ", ".join("?" * len(event_ids))
+        )
+        found: Sequence[Any]
         try:
-            with self.storage.deferred.connect() as conn:
-                # On the driver: no transaction to begin and end for one read.
-                cursor = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
-                    _STORED_SQL.format(
-                        ", ".join("?" * len(accounts)), ", ".join("?" * len(event_ids))
-                    ),
-                    [*accounts, *event_ids],
-                )
-                known = {(r[0], r[1]): Stored(int(r[2]), r[3], r[4]) for r in cursor.fetchall()}
+            if self._held is not None:  # on the driver: no transaction for one read
+                found = self._held.fetchall(statement, [*accounts, *event_ids])
+            else:
+                with self.storage.deferred.connect() as conn:
+                    found = conn.exec_driver_sql(statement, (*accounts, *event_ids)).all()
+            known = {(r[0], r[1]): Stored(int(r[2]), r[3], r[4]) for r in found}
         except (sqlite3.Error, DBAPIError):
             known = {}  # the write below decides, and reports an outage
         outcomes: list[Inserted | BaseException | None] = [None] * len(rows)
@@ -393,6 +414,23 @@ class Inbox:
             for index, outcome in zip(write, written, strict=True):
                 outcomes[index] = outcome
         return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
+
+    def _insert_one_on_driver(self, conn: Any, values: dict[str, Any]) -> Inserted:
+        """SQLite: :meth:`_insert_one` on this thread's held sqlite3 connection; a conflict
+        raises :class:`_Conflicting` (the transaction is rolled back and written the slow
+        way)."""
+        sql = self._sql
+        assert isinstance(sql, SQLiteStatements)
+        pk = sql.insert_delivery_on_driver(conn, values)
+        if pk is not None:
+            return Inserted(result="inserted", pk=pk)
+        stored = sql.stored_on_driver(conn, values["account"], values["event_id"])
+        if stored is None:  # ignored, yet not there: cannot be, under the write lock
+            raise RuntimeError("an insert was ignored for a row that is not stored")
+        result = self._judge(values, stored)
+        if result == "conflict":
+            raise _Conflicting()
+        return Inserted(result=result, pk=stored.pk)
 
     def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
         pk = self._sql.inserted_pk(conn.execute(self._sql.insert_event, values))
@@ -527,6 +565,10 @@ class Inbox:
             EVENT.c.account == account, self._sql.among(EVENT.c.event_id, wanted)
         )
         return {r[0]: Stored(int(r[1]), r[2], r[3]) for r in conn.execute(query)}
+
+
+class _Conflicting(Exception):
+    """A batch written on the driver met a conflict (the same id, another body)."""
 
 
 def conflict_row(values: dict[str, Any]) -> dict[str, Any]:

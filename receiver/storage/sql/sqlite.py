@@ -26,9 +26,10 @@ from sqlalchemy import text as sql_text
 from sqlalchemy import update as sql_update
 from sqlalchemy.dialects import sqlite
 
-from receiver.storage.sql.base import Outcomes, Statements
+from receiver.storage.sql.base import Outcomes, Statements, Stored
 from receiver.storage.sql.tables import (
     EVENT,
+    EVENT_COLUMNS,
     HANDLER_RUN,
     LEASE,
     OUTCOME_COLUMNS,
@@ -135,6 +136,16 @@ def waiting_sql(count: int) -> str:
     )
 
 
+#: One delivery on the driver (:meth:`SQLiteStatements.insert_delivery_on_driver`).
+INSERT_DELIVERY_SQL = (
+    f"INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(EVENT_COLUMNS))}) ON CONFLICT (account, event_id) DO NOTHING"
+)
+STORED_ROW_SQL = (
+    "SELECT id, body_sha256, key_id FROM hookledger_event WHERE account = ? AND event_id = ?"
+)
+
+
 class SQLiteStatements(Statements):
     name: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
@@ -148,6 +159,12 @@ class SQLiteStatements(Statements):
         )
         self._upsert_projection = _upsert_projection()
         self._upsert_ledger = _upsert_ledger()
+        # What SQLAlchemy does to each value of an inbox row (times as SQLite's text).
+        dialect = sqlite.dialect()
+        self._event_binds = [
+            (name, EVENT.c[name].type.dialect_impl(dialect).bind_processor(dialect))
+            for name in EVENT_COLUMNS
+        ]
 
     def insert(self, table: Table) -> Any:
         return sqlite.insert(table)
@@ -172,6 +189,20 @@ class SQLiteStatements(Statements):
             .returning(EVENT.c.event_id)
         )
         return {r[0] for r in conn.execute(stmt, list(rows))}
+
+    def insert_delivery_on_driver(self, conn: Any, values: dict[str, Any]) -> int | None:
+        """Insert-or-ignore one delivery on a sqlite3 connection (in the caller's
+        transaction): the new row's id, ``None`` if its event id is stored already."""
+        cursor = conn.execute(
+            INSERT_DELIVERY_SQL,
+            [bind(values[name]) if bind else values[name] for name, bind in self._event_binds],
+        )
+        return int(cursor.lastrowid) if cursor.rowcount == 1 else None
+
+    def stored_on_driver(self, conn: Any, account: str, event_id: str) -> Stored | None:
+        """The stored row of ``account``'s ``event_id``, read on a sqlite3 connection."""
+        row = conn.execute(STORED_ROW_SQL, (account, event_id)).fetchone()
+        return None if row is None else Stored(int(row[0]), row[1], row[2])
 
     def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:
         if not object_keys:

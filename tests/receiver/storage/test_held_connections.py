@@ -48,9 +48,9 @@ def test_a_bad_statement_is_sqlalchemys_error_without_its_parameters(
     assert not is_unavailable(caught.value)
     assert caught.value.params is None and "zero" not in repr(caught.value.params)
     # The connection was not broken by it: the next statement runs on the same one.
-    (conn,) = list(held._held)
+    (conn,) = held.connections()
     assert held.fetchall("SELECT %(x)s::int", {"x": 2}) == [(2,)]
-    assert list(held._held) == [conn]
+    assert held.connections() == [conn]
 
 
 def test_each_thread_holds_its_own_connection(held: HeldConnections) -> None:
@@ -66,22 +66,69 @@ def test_each_thread_holds_its_own_connection(held: HeldConnections) -> None:
     for thread in threads:
         thread.join()
     assert len(set(pids)) == 3  # one per thread, the same one for a thread's statements
-    assert len(held._held) in (0, 1, 2, 3)  # ended threads' connections may be collected
+    assert len(held.connections()) <= 3  # ended threads' connections may be collected
 
 
 def test_a_forked_child_opens_its_own(held: HeldConnections) -> None:
     parent = held.fetchall("SELECT pg_backend_pid()", {})[0][0]
-    pid, conn = held._local.held
-    held._local.held = (pid + 1, conn)  # as a child process sees its parent's
+    mine = held._local.held
+    mine.pid += 1  # as a child process sees its parent's
     child = held.fetchall("SELECT pg_backend_pid()", {})[0][0]
     assert child != parent
-    assert not conn.closed  # the parent's connection is left alone, not closed
-    assert os.getpid() == held._local.held[0]
+    assert not mine.conn.closed  # the parent's connection is left alone, not closed
+    held.close()
+    assert not mine.conn.closed  # even when the child closes its own
+    assert os.getpid() == held._local.held.pid
 
 
 def test_disposing_the_engine_closes_them(engine: sa.Engine, held: HeldConnections) -> None:
     held.fetchall("SELECT 1", {})
-    (conn,) = list(held._held)
+    (conn,) = held.connections()
     engine.dispose()
-    assert conn.closed and not held._held
+    assert conn.closed and not held.connections()
     assert held.fetchall("SELECT 1", {}) == [(1,)]  # a new one, when next used
+
+
+@pytest.fixture
+def sqlite_held(engine: sa.Engine) -> HeldConnections:
+    if engine.dialect.name != "sqlite":
+        pytest.skip("SQLite's driver connections")
+    return HeldConnections(engine)
+
+
+def test_sqlite_a_failed_transaction_is_rolled_back_and_the_connection_kept(
+    engine: sa.Engine, sqlite_held: HeldConnections
+) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+
+    def twice(conn: object) -> None:
+        conn.execute("INSERT INTO t VALUES (1)")  # type: ignore[attr-defined]
+        conn.execute("INSERT INTO t VALUES (1)")  # type: ignore[attr-defined]
+
+    with pytest.raises(sa.exc.IntegrityError) as caught:
+        sqlite_held.transaction(twice)
+    assert not is_unavailable(caught.value) and caught.value.params is None
+    (conn,) = sqlite_held.connections()
+    assert not conn.in_transaction
+    assert sqlite_held.fetchall("SELECT count(*) FROM t", ()) == [(0,)]  # nothing kept
+    sqlite_held.transaction(lambda c: c.execute("INSERT INTO t VALUES (2)"))
+    assert sqlite_held.connections() == [conn]
+    with engine.connect() as other:
+        assert other.exec_driver_sql("SELECT k FROM t").scalars().all() == [2]
+
+
+def test_sqlite_a_locked_database_is_an_outage(
+    engine: sa.Engine, sqlite_held: HeldConnections
+) -> None:
+    quick = make_engine(str(engine.url), sqlite_busy_timeout=0.05)
+    held = HeldConnections(quick)
+    try:
+        with engine.begin() as conn:  # BEGIN IMMEDIATE: the write lock, held
+            conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+            with pytest.raises(sa.exc.OperationalError) as caught:
+                held.transaction(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+        assert is_unavailable(caught.value)
+        assert held.transaction(lambda c: c.execute("INSERT INTO t VALUES (1)").rowcount) == 1
+    finally:
+        quick.dispose()

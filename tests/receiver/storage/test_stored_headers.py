@@ -22,6 +22,7 @@ from receiver.core.errors import ConfigurationError
 from receiver.core.events import parse_event
 from receiver.extension import WebhookReceiver
 from receiver.storage.held_connections import HeldConnections
+from receiver.storage.sql.sqlite import SQLiteStatements
 from receiver.storage.tables import EventConflict
 from receiver.testing import signed_headers
 from receiver.testing.factories import build_event, encode
@@ -56,17 +57,24 @@ def _sql_parameters(engine: sa.Engine) -> Iterator[list[str]]:
         sent.append(f"{statement} {parameters!r}")
 
     original = HeldConnections.fetchall
+    original_sqlite = SQLiteStatements.insert_delivery_on_driver
 
     def held(self: HeldConnections, statement: str, params: Any) -> Any:
         sent.append(f"{statement} {params!r}")
         return original(self, statement, params)
 
+    def held_sqlite(self: SQLiteStatements, conn: Any, values: dict[str, Any]) -> Any:
+        sent.append(f"INSERT INTO hookledger_event {values!r}")
+        return original_sqlite(self, conn, values)
+
     sa.event.listen(engine, "before_cursor_execute", before)
     HeldConnections.fetchall = held  # type: ignore[method-assign]
+    SQLiteStatements.insert_delivery_on_driver = held_sqlite  # type: ignore[method-assign]
     try:
         yield sent
     finally:
         HeldConnections.fetchall = original  # type: ignore[method-assign]
+        SQLiteStatements.insert_delivery_on_driver = original_sqlite  # type: ignore[method-assign]
         sa.event.remove(engine, "before_cursor_execute", before)
 
 

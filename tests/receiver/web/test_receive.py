@@ -337,14 +337,15 @@ def test_group_commit_answers_each_delivery_and_isolates_a_bad_one(
     inbox = store.inbox
     refused = sa.exc.IntegrityError("INSERT", {}, Exception("refused"))
     if store.engine.dialect.name == "sqlite":
-        real_one = inbox._insert_one
+        for name in ("_insert_one", "_insert_one_on_driver"):  # through SQLAlchemy, or not
+            real_one = getattr(inbox, name)
 
-        def one(conn: Any, values: dict[str, Any]) -> Any:
-            if values["event_id"] == "evt_bad":
-                raise refused
-            return real_one(conn, values)
+            def one(conn: Any, values: dict[str, Any], real: Any = real_one) -> Any:
+                if values["event_id"] == "evt_bad":
+                    raise refused
+                return real(conn, values)
 
-        monkeypatch.setattr(inbox, "_insert_one", one)
+            monkeypatch.setattr(inbox, name, one)
     else:
         real_batch = inbox._write_deliveries
 
@@ -467,7 +468,7 @@ def test_postgres_connection_lost_while_idle_is_written_again_on_a_new_one(
     assert client.post(build_event("payment_succeeded")).get_json()["status"] == "inserted"
     held = store.inbox._held  # this thread's connection, and no other test's
     assert held is not None
-    pids = [conn.info.backend_pid for conn in list(held._held)]
+    pids = [conn.info.backend_pid for conn in held.connections()]
     killer = sa.create_engine(store.engine.url, poolclass=sa.pool.NullPool)
     with killer.connect() as conn:
         for pid in pids:
@@ -477,7 +478,7 @@ def test_postgres_connection_lost_while_idle_is_written_again_on_a_new_one(
     response = client.post(build_event("payment_succeeded", event_id="evt_after_kill"))
     assert response.status_code == 200
     assert response.get_json()["status"] == "inserted"
-    assert [conn.info.backend_pid for conn in list(held._held)] != pids
+    assert [conn.info.backend_pid for conn in held.connections()] != pids
     with killer.connect() as conn:
         stored = conn.execute(
             sa.text("SELECT count(*) FROM hookledger_event WHERE event_id = 'evt_after_kill'")
@@ -494,7 +495,7 @@ def test_postgres_held_connections_close_with_the_engine(make_app: AppFactory) -
     assert WebhookTestClient(app).post(build_event("payment_succeeded")).status_code == 200
     held = store.inbox._held
     assert held is not None
-    connections = list(held._held)
+    connections = held.connections()
     assert connections and not any(conn.closed for conn in connections)
     store.engine.dispose()
     assert all(conn.closed for conn in connections)
