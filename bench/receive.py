@@ -124,7 +124,7 @@ class WrkResult:
         return f"{fmt(self.rate)}/s (p50 {fmt(self.p50_ms)} ms, p99 {fmt(self.p99_ms)} ms)"
 
 
-def _wrk(url: str, pool: Path | None, seconds: float, connections: int) -> dict[str, float]:
+def run_wrk(url: str, pool: Path | None, seconds: float, connections: int) -> dict[str, float]:
     args = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s"]
     args += ["-s", str(LUA), url, "--", str(pool) if pool else "-", "1"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 120, cwd=ROOT)
@@ -190,7 +190,9 @@ class _Bench:
         ``pool`` are all duplicates)."""
         seconds = 2.0
         for _ in range(5):  # each run starts again at the pool's first body
-            out = _wrk(self.servers[app].base + "/webhooks/", pool, seconds, self.cfg.connections)
+            out = run_wrk(
+                self.servers[app].base + "/webhooks/", pool, seconds, self.cfg.connections
+            )
             if out["wraps"]:
                 return
             seconds *= 2
@@ -199,7 +201,7 @@ class _Bench:
     def duplicates(self, app: str, pool: Path, seconds: float) -> WrkResult:
         """``pool`` posted again: every request a duplicate; nothing may be stored."""
         before = _count(self.engine, app)
-        out = _wrk(self.servers[app].base + "/webhooks/", pool, seconds, self.cfg.connections)
+        out = run_wrk(self.servers[app].base + "/webhooks/", pool, seconds, self.cfg.connections)
         stored = _count(self.engine, app) - before
         if stored:
             raise RuntimeError(f"{app}: {stored} rows stored from duplicate deliveries")
@@ -216,7 +218,7 @@ class _Bench:
         for attempt in (1, 2):
             pool = self.pool(seconds, accounts=self.cfg.accounts if app == ACCOUNTS_APP[0] else 0)
             before = _count(self.engine, app)
-            out = _wrk(server.base + "/webhooks/", pool, seconds, self.cfg.connections)
+            out = run_wrk(server.base + "/webhooks/", pool, seconds, self.cfg.connections)
             stored = _count(self.engine, app) - before
             pool.unlink()
             if out["wraps"] and attempt == 1:
@@ -231,7 +233,7 @@ class _Bench:
 
     def ping(self) -> float:
         seconds = self.cfg.ping_seconds
-        out = _wrk(self.servers["yardstick"].base + "/ping", None, seconds, self.cfg.connections)
+        out = run_wrk(self.servers["yardstick"].base + "/ping", None, seconds, self.cfg.connections)
         return float(out["requests"] / (out["duration_us"] / 1e6))
 
     def open_loop(self, path: str, rate: float, seconds: float, post: bool) -> dict[str, float]:

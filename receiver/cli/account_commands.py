@@ -4,7 +4,8 @@
 - ``list`` and ``show ID`` (never a secret or key: their ids, or "set");
 - ``deactivate ID`` / ``activate ID``; ``remove ID`` (the row only: the account's events,
   transitions and projections stay until pruned);
-- ``set-secret ID``: a new webhook secret first, the previous one kept (rotation).
+- ``set-secret ID``: a new webhook secret first, the previous one kept (rotation);
+- ``set-keys ID``: a new API key and/or admin key (``--drop-admin-key`` removes the latter).
 
 Secrets and keys never come from the command line (other users see it in ``ps``): they are
 read as one JSON object, ``{"secrets": "id:secret,...", "api_key": "...", "admin_key":
@@ -58,7 +59,7 @@ def _run(action: Any) -> Any:
 
 def _credentials(source: IO[str]) -> dict[str, str]:
     """The JSON object of credentials (its errors never quote it)."""
-    if source is sys.stdin and sys.stdin.isatty():
+    if getattr(source, "isatty", lambda: False)():
         fail("pipe the credentials JSON on standard input, or give --credentials PATH")
     text = source.read()
     try:
@@ -306,6 +307,49 @@ def accounts_set_secret(
         click.echo(json.dumps({"id": account_id, "secret_ids": ids}))
     else:
         click.echo(f"account {account_id!r}: webhook secrets [{','.join(ids)}] (the new one first)")
+
+
+@accounts_group.command("set-keys")
+@click.argument("account_id", metavar="ID")
+@click.option("--drop-admin-key", is_flag=True, help="Remove the account's admin key.")
+@click.option(
+    "--credentials",
+    type=click.File("r"),
+    default=None,
+    help='Where the new keys are read from: {"api_key": "...", "admin_key": "..."} (either '
+    "or both); '-' is stdin, the default unless --drop-admin-key is given alone.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@read_only
+@with_appcontext
+def accounts_set_keys(
+    account_id: str, drop_admin_key: bool, credentials: IO[str] | None, as_json: bool
+) -> None:
+    """Replace the account's API key (a revoked or rolled key) and/or its admin key; the
+    reconciler uses the new ones from its next run, without a restart."""
+    table = _table()
+    _run(lambda: require_data_key(table.storage.keyring))
+    _row(table, account_id)
+    keys: dict[str, str | None] = {}
+    if credentials is not None or not drop_admin_key:
+        given = _credentials(credentials or sys.stdin)
+        if "secrets" in given:
+            fail("set-keys changes keys only: rotate a webhook secret with set-secret")
+        keys.update(given)
+    if drop_admin_key:
+        if "admin_key" in keys:
+            fail("--drop-admin-key and a new admin_key: give one of them")
+        keys["admin_key"] = None
+    if not keys:
+        fail('the credentials need "api_key" and/or "admin_key" (or --drop-admin-key)')
+    if not _run(lambda: table.set_keys(account_id, keys)):
+        fail(f"no stored account {account_id!r} (hookledger accounts list)", EXIT_PROBLEM)
+    changed = {k: ("removed" if v is None else "set") for k, v in sorted(keys.items())}
+    if as_json:
+        click.echo(json.dumps({"id": account_id, **changed}))
+    else:
+        said = ", ".join(f"{k} {v}" for k, v in changed.items())
+        click.echo(f"account {account_id!r}: {said}")
 
 
 COMMANDS = (accounts_group,)

@@ -369,12 +369,13 @@ def show_cmd(event: str, account: str | None, with_body: bool, as_json: bool) ->
 @click.option(
     "--offset", type=click.IntRange(min=0), default=0, help="Skip this many of the newest."
 )
+@account_option("Only conflicts of this processor account (repeatable; default: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @read_only
 @with_appcontext
-def conflicts_cmd(limit: int, offset: int, as_json: bool) -> None:
+def conflicts_cmd(limit: int, offset: int, accounts: tuple[str, ...], as_json: bool) -> None:
     """Deliveries whose event id was stored before with a different body, newest first."""
-    page = queries.list_conflicts(checked_engine(), limit=limit, offset=offset)
+    page = queries.list_conflicts(checked_engine(), limit=limit, offset=offset, accounts=accounts)
     rows = [
         {
             "id": c.id,

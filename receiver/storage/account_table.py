@@ -203,16 +203,30 @@ class AccountTable:
             secrets=self._seal("secrets", account_id, secrets_text(secrets)),
         )
 
+    def set_keys(self, account_id: str, keys: dict[str, str | None]) -> bool:
+        """Replace the API key and/or the admin key (``None``: no admin key), sealed with the
+        primary key; ``False`` when no such account is stored."""
+        require_data_key(self.storage.keyring)
+        unknown = set(keys) - {"api_key", "admin_key"}
+        if unknown or not keys:
+            raise ConfigurationError("set_keys takes api_key and/or admin_key")
+        if "api_key" in keys and not keys["api_key"]:
+            raise ConfigurationError("an account's API key cannot be removed, only replaced")
+        sealed = {column: self._seal(column, account_id, text) for column, text in keys.items()}
+        return self._update(account_id, reseal=True, **sealed)
+
     def _update(self, account_id: str, *, reseal: bool = False, **values: Any) -> bool:
         with self._database(), self.storage.engine.begin() as conn:
             if reseal:
-                # The other sealed columns move to the primary key with it: key_id names one key.
+                # The other sealed columns move to the primary key with the new values:
+                # key_id names one key.
+                others = [c for c in ("secrets", "api_key", "admin_key") if c not in values]
                 row = conn.execute(
-                    select(ACCOUNT.c.api_key, ACCOUNT.c.admin_key).where(ACCOUNT.c.id == account_id)
+                    select(*(ACCOUNT.c[c] for c in others)).where(ACCOUNT.c.id == account_id)
                 ).first()
                 if row is None:
                     return False
-                for column in ("api_key", "admin_key"):
+                for column in others:
                     plain = self._open(column, account_id, getattr(row, column))
                     values[column] = self._seal(column, account_id, plain)
                 values["key_id"] = self.storage.keyring.primary

@@ -430,9 +430,15 @@ def get_conflict(engine: Engine, conflict_id: int) -> ConflictRow | None:
     return _conflict_row(row) if row is not None else None
 
 
-def list_conflicts(engine: Engine, *, limit: int = 50, offset: int = 0) -> Page:
-    """Conflicting deliveries (an event id seen again with another body), newest first."""
-    stmt = _conflicts_query().order_by(C.c.id.desc()).offset(offset).limit(limit + 1)
+def list_conflicts(
+    engine: Engine, *, limit: int = 50, offset: int = 0, accounts: Sequence[str] = ()
+) -> Page:
+    """Conflicting deliveries (an event id seen again with another body), newest first; of
+    ``accounts`` only, when given."""
+    stmt = _conflicts_query()
+    if accounts:
+        stmt = stmt.where(C.c.account.in_(list(accounts)))
+    stmt = stmt.order_by(C.c.id.desc()).offset(offset).limit(limit + 1)
     with deferred_begin(engine).connect() as conn:
         rows = [_conflict_row(r) for r in conn.execute(stmt)]
     return Page(rows=rows[:limit], offset=offset, limit=limit, has_more=len(rows) > limit)

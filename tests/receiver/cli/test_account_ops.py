@@ -284,3 +284,17 @@ def test_requeue_with_an_account_requeues_that_accounts_dead_letters_only(
     operations = _store(app).operations
     assert operations.get("evt_dead", account="us").status == "dead"  # type: ignore[union-attr]
     assert operations.get("evt_dead", account="eu").status == "pending"  # type: ignore[union-attr]
+
+
+def test_conflicts_with_an_account_lists_that_accounts_only(make_app: AppFactory) -> None:
+    app = _app(make_app)
+    _fill(app)
+    every = json.loads(_cli(app, "conflicts", "--json").output)["conflicts"]
+    assert sorted(c["account"] for c in every) == ["eu", "us"]
+    result = _cli(app, "conflicts", "--account", "us", "--json")
+    assert result.exit_code == 0, result.output
+    only = json.loads(result.output)["conflicts"]
+    assert [(c["account"], c["event_id"]) for c in only] == [("us", "evt_done")]
+    assert only[0]["event_type"] == "payment_succeeded"  # joined with its own account's event
+    text = _cli(app, "conflicts", "--account", "eu", "--account", "us")
+    assert text.exit_code == 0 and "2 conflict(s) listed" in text.output

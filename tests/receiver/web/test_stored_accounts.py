@@ -341,3 +341,58 @@ def test_what_a_process_read_of_the_table_is_kept_a_second(make_app: AppFactory)
     now[0] += 0.6
     assert source.for_body("m_shop", None) is None
     assert source.get("shop-1") is None
+
+
+NEW_API_KEY = "snd_apikey_canary_new_4420"
+
+
+def test_set_keys_replaces_a_revoked_api_key_and_drops_the_admin_key(
+    make_app: AppFactory,
+) -> None:
+    app, _ = make_app(data_keys=f"k1:{KEY1}")
+    assert _add(app).exit_code == 0
+    accounts = WebhookReceiver.state(app).store.accounts
+    changed = _cli(app, "set-keys", "shop-1", "--json", input=json.dumps({"api_key": NEW_API_KEY}))
+    assert changed.exit_code == 0, changed.output
+    assert json.loads(changed.output) == {"id": "shop-1", "api_key": "set"}
+    _no_canary(changed.output)
+    assert NEW_API_KEY not in changed.output
+    stored = accounts.get("shop-1")
+    assert stored is not None and stored.api_key == NEW_API_KEY
+    assert stored.admin_key == ADMIN_KEY  # kept, and the secrets too:
+    assert [s.value for s in stored.secrets] == [SHOP_SECRET.encode()]
+    with WebhookReceiver.state(app).store.engine.connect() as conn:
+        sealed = conn.execute(sa.text("SELECT api_key FROM hookledger_account")).scalar_one()
+    assert NEW_API_KEY not in sealed  # sealed, as on add
+    dropped = _cli(app, "set-keys", "shop-1", "--drop-admin-key")
+    assert dropped.exit_code == 0 and "admin_key removed" in dropped.output
+    stored = accounts.get("shop-1")
+    assert stored is not None and stored.admin_key is None and stored.api_key == NEW_API_KEY
+    body = build_event("payment_succeeded", merchant_id="m_shop", object_id="pay_k")
+    assert _post(app, "/webhooks/shop-1/", body, SHOP_SECRET)[0] == 200
+
+
+def test_set_keys_usage_errors(make_app: AppFactory) -> None:
+    app, _ = make_app(data_keys=f"k1:{KEY1}")
+    assert _add(app).exit_code == 0
+    for given, said in (
+        (json.dumps({"secrets": f"s2:{NEW_SECRET}"}), "set-secret"),
+        (json.dumps({}), "api_key"),
+        ("not json " + NEW_API_KEY, "not a JSON object"),
+    ):
+        result = _cli(app, "set-keys", "shop-1", input=given)
+        assert result.exit_code == 2 and said in result.output, result.output
+        _no_canary(result.output)
+        assert NEW_API_KEY not in result.output
+    both = _cli(
+        app,
+        "set-keys",
+        "shop-1",
+        "--drop-admin-key",
+        "--credentials",
+        "-",
+        input=json.dumps({"admin_key": ADMIN_KEY}),
+    )
+    assert both.exit_code == 2 and "one of them" in both.output
+    missing = _cli(app, "set-keys", "shop-9", input=json.dumps({"api_key": NEW_API_KEY}))
+    assert missing.exit_code == 1 and "no stored account 'shop-9'" in missing.output

@@ -1,0 +1,116 @@
+"""Where a delivery's CPU goes under load: ``python -m bench.cpu_per_request``.
+
+For the yardstick and hookledger (and, with ``--baseline DIR``, another checkout's
+hookledger served from that checkout), each behind gunicorn ``-w 2 -k gthread --threads 4``
+on one database: ``wrk -c16`` posts signed unique deliveries for ``--seconds``, and the CPU
+time of the gunicorn workers and of every PostgreSQL server process (``/proc/<pid>/stat``)
+and of the whole machine (``/proc/stat``) is read before and after, then divided by the
+requests served. Rounds alternate the apps. The machine is shared and CPU-bound under this
+load, so throughput follows the CPU per request: this tells which side of the connection
+(the web process or the database) a difference is on. Linux only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Literal
+
+from bench.bodies import write_pool
+from bench.common import Gunicorn, GunicornConfig, database, migrate, temp_dir
+from bench.receive import run_wrk
+
+APPS = {
+    "yardstick": "bench.yardstick:create_app()",
+    "hookledger": "bench.yardstick:create_hookledger_app()",
+}
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(pid: int) -> int:
+    """User and system CPU ticks of ``pid`` and its waited-for children (0 once gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0
+    return sum(int(value) for value in fields[11:15])
+
+
+def _pids(*args: str) -> list[int]:
+    out = subprocess.run(["pgrep", *args], capture_output=True, text=True, check=False).stdout
+    return [int(pid) for pid in out.split()]
+
+
+def _machine() -> tuple[int, int]:
+    """All ticks and idle (with I/O wait) ticks of the machine."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    return sum(values), values[3] + values[4]
+
+
+def measure(
+    backend: Literal["sqlite", "postgresql"], rounds: int, seconds: float, baseline: Path | None
+) -> None:
+    with temp_dir() as work, database(backend, work, name="cpureq") as db:
+        migrate(db)
+        servers = {
+            name: Gunicorn(app, db=db, config=GunicornConfig()) for name, app in APPS.items()
+        }
+        if baseline is not None:
+            servers["baseline"] = Gunicorn(
+                APPS["hookledger"], db=db, config=GunicornConfig(), tree=baseline
+            )
+        try:
+            for server in servers.values():
+                server.wait_ready()
+            for index in range(rounds):
+                order = list(servers.items())
+                for name, server in order if index % 2 == 0 else order[::-1]:
+                    pool = write_pool(work / f"pool-{name}-{index}.txt", 40_000)
+                    workers = _pids("-P", str(server.pid))
+                    postgres = _pids("-u", "postgres")
+                    web0, db0, (all0, idle0) = _ticks_of(workers), _ticks_of(postgres), _machine()
+                    out = run_wrk(server.base + "/webhooks/", pool, seconds, 16)
+                    postgres += [p for p in _pids("-u", "postgres") if p not in postgres]
+                    web1, db1, (all1, idle1) = _ticks_of(workers), _ticks_of(postgres), _machine()
+                    n = max(1, int(out["requests"]))
+                    busy = (all1 - all0) - (idle1 - idle0)
+
+                    def us(ticks: int, n: int = n) -> float:
+                        return 1e6 * ticks / _HZ / n
+
+                    print(
+                        f"{backend} round {index + 1} {name:10s} {n / seconds:7,.0f}/s  "
+                        f"gunicorn {us(web1 - web0):5.0f} us/req  "
+                        f"postgres {us(db1 - db0):4.0f} us/req  "
+                        f"machine busy {us(busy):5.0f} us/req  "
+                        f"idle {100 * (idle1 - idle0) / max(1, all1 - all0):.0f} %",
+                        flush=True,
+                    )
+        finally:
+            for server in servers.values():
+                server.stop()
+
+
+def _ticks_of(pids: list[int]) -> int:
+    return sum(_ticks(pid) for pid in pids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu_per_request", description=__doc__)
+    parser.add_argument("--backend", choices=["sqlite", "postgresql"], action="append")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--baseline", type=Path, help="another checkout's hookledger, too")
+    args = parser.parse_args(argv)
+    for backend in args.backend or ["postgresql", "sqlite"]:
+        measure(backend, args.rounds, args.seconds, args.baseline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
