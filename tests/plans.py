@@ -8,7 +8,18 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
+
+from tests.conftest import backend
+
+#: A plans test's marks: a storage test, on PostgreSQL only.
+PLAN_MARKS = [
+    pytest.mark.storage,
+    pytest.mark.skipif(backend() != "postgresql", reason="PostgreSQL's planner"),
+]
+#: The inbox tables whose size grows with the history.
+HISTORY_TABLES = frozenset({"hookledger_event", "hookledger_transition", "hookledger_projection"})
 
 
 def no_statistics(engine: sa.Engine, tables: Iterable[str]) -> None:

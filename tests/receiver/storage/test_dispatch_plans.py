@@ -28,21 +28,19 @@ from receiver.core.registry import Registry
 from receiver.store import Store
 from receiver.testing.factories import build_event, encode
 from receiver.worker.runner import Worker, WorkerConfig
-from tests.conftest import backend
-from tests.plans import Planner, capture, no_statistics, read_in_full
+from tests.plans import (
+    HISTORY_TABLES,
+    PLAN_MARKS,
+    Planner,
+    capture,
+    no_statistics,
+    read_in_full,
+)
 
-pytestmark = [
-    pytest.mark.storage,
-    pytest.mark.skipif(backend() != "postgresql", reason="PostgreSQL's planner"),
-]
+pytestmark = PLAN_MARKS
 
 #: Tables whose size grows with the history (the lease and cut-over tables stay tiny).
-BIG = {
-    "hookledger_event",
-    "hookledger_transition",
-    "hookledger_projection",
-    "hookledger_handler_run",
-}
+BIG = HISTORY_TABLES | {"hookledger_handler_run"}
 TABLES = (*BIG, "hookledger_object_lease")
 HISTORY = 20_000  # rows of each history table: many pages, so a sequential scan is costly
 PENDING = 96  # due events, more than one batch

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-import pytest
 import requests
 import sqlalchemy as sa
 
@@ -28,21 +27,11 @@ from reconcile.sandbox.app import create_app as sandbox_app
 from reconcile.sandbox.state import Sandbox
 from reconcile.sandbox.transport import mount_wsgi
 from reconcile.storage.store import RECONCILE_MIGRATIONS
-from tests.conftest import backend
-from tests.plans import Planner, capture, no_statistics, read_in_full
+from tests import plans
 
-pytestmark = [
-    pytest.mark.storage,
-    pytest.mark.skipif(backend() != "postgresql", reason="PostgreSQL's planner"),
-]
+pytestmark = plans.PLAN_MARKS
 
-BIG = {
-    "hookledger_event",
-    "hookledger_transition",
-    "hookledger_projection",
-    "hookledger_recon_object",
-    "hookledger_recon_run",
-}
+BIG = plans.HISTORY_TABLES | {"hookledger_recon_object", "hookledger_recon_run"}
 HISTORY = 20_000
 PAYMENTS = 60  # per account: a run reads a few rows for each
 START = datetime(2026, 3, 2, tzinfo=UTC)
@@ -131,14 +120,14 @@ def test_reconcile_statements_stay_on_indexes_as_other_accounts_grow(
     engine: sa.Engine, store: Store
 ) -> None:
     db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
-    no_statistics(engine, BIG)
-    statements, stop = capture(engine)
+    plans.no_statistics(engine, BIG)
+    statements, stop = plans.capture(engine)
     try:
         first = _reconciler(store, "first", 1)
         _run(first)  # the first night: every payment recovered
         _run(first)  # the next: the processing ones followed, the settled ones let go
         early = dict(statements)
-        planner = Planner(engine)
+        planner = plans.Planner(engine)
         try:
             planner.prepare(early)
             _fill_other_accounts(engine, HISTORY)
@@ -148,13 +137,13 @@ def test_reconcile_statements_stay_on_indexes_as_other_accounts_grow(
             late = dict(statements)
             problems = []
             for statement, params in late.items():
-                plans = {"custom": planner.custom(statement, params)}
+                made = {"custom": planner.custom(statement, params)}
                 if statement in early:
-                    plans["generic (made on the empty database)"] = planner.generic(
+                    made["generic (made on the empty database)"] = planner.generic(
                         statement, params
                     )
-                for mode, plan in plans.items():
-                    if tables := read_in_full(plan, 2_000, BIG):
+                for mode, plan in made.items():
+                    if tables := plans.read_in_full(plan, 2_000, BIG):
                         summary = " ".join(statement.split())[:240]
                         problems.append(f"{mode}: {sorted(tables)} in {summary}")
             assert problems == [], json.dumps(problems, indent=1)
