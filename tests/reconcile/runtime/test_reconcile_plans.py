@@ -40,8 +40,8 @@ END = START + timedelta(days=7)
 
 def _fill_other_accounts(engine: sa.Engine, n: int) -> None:
     """``n`` rows of 1,000 other accounts in each big table: open recoveries (pending
-    events, not dispatched yet), projections, transitions, follow-ups and runs; no
-    ANALYZE."""
+    events, not dispatched yet), projections, transitions, follow-ups and runs; and ``n``
+    objects the first account follows; no ANALYZE."""
     with engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -78,6 +78,18 @@ def _fill_other_accounts(engine: sa.Engine, n: int) -> None:
                 " first_seen_at, status, last_checked_at, next_check_at, checks)"
                 " SELECT 'seller' || (g % 1000), 'payments', 'pay_' || g, now(), now(),"
                 " 'processing', now(), now(), 1 FROM generate_series(1, :n) AS g"
+            ),
+            {"n": n},
+        )
+        # And the first account's own long tail: objects it follows (not in this week's
+        # listing), so the sweep's delete of settled ones must probe them, not scan them.
+        conn.execute(
+            sa.text(
+                "INSERT INTO hookledger_recon_object (account, kind, object_id, created_at,"
+                " first_seen_at, status, last_checked_at, next_check_at, checks)"
+                " SELECT 'first', 'payments', 'pay_tail_' || g, now(), now(),"
+                " 'processing', now(), now() + interval '30 days', 1"
+                " FROM generate_series(1, :n) AS g"
             ),
             {"n": n},
         )
