@@ -1,7 +1,8 @@
 """Where a delivery's CPU goes under load: ``python -m bench.cpu_per_request``.
 
 For the yardstick and hookledger (and, with ``--baseline DIR``, another checkout's
-hookledger served from that checkout), each behind gunicorn ``-w 2 -k gthread --threads 4``
+hookledger served from that checkout; with ``--accounts N``, hookledger with N sellers on
+the shared URL, each delivery a seller's), each behind gunicorn ``-w 2 -k gthread --threads 4``
 on one database: ``wrk -c16`` posts signed unique deliveries for ``--seconds``, and the CPU
 time of the gunicorn workers and of every PostgreSQL server process (``/proc/<pid>/stat``)
 and of the whole machine (``/proc/stat``) is read before and after, then divided by the
@@ -21,7 +22,7 @@ from typing import Literal
 
 from bench.bodies import write_pool
 from bench.common import Gunicorn, GunicornConfig, database, migrate, temp_dir
-from bench.receive import run_wrk
+from bench.receive import ACCOUNTS_APP, run_wrk
 
 APPS = {
     "yardstick": "bench.yardstick:create_app()",
@@ -53,7 +54,11 @@ def _machine() -> tuple[int, int]:
 
 
 def measure(
-    backend: Literal["sqlite", "postgresql"], rounds: int, seconds: float, baseline: Path | None
+    backend: Literal["sqlite", "postgresql"],
+    rounds: int,
+    seconds: float,
+    baseline: Path | None,
+    accounts: int = 0,
 ) -> None:
     with temp_dir() as work, database(backend, work, name="cpureq") as db:
         migrate(db)
@@ -64,13 +69,17 @@ def measure(
             servers["baseline"] = Gunicorn(
                 APPS["hookledger"], db=db, config=GunicornConfig(), tree=baseline
             )
+        if accounts:
+            os.environ["HLBENCH_ACCOUNTS"] = str(accounts)  # read by create_accounts_app
+            servers["accounts"] = Gunicorn(ACCOUNTS_APP[1], db=db, config=GunicornConfig())
         try:
             for server in servers.values():
                 server.wait_ready()
             for index in range(rounds):
                 order = list(servers.items())
                 for name, server in order if index % 2 == 0 else order[::-1]:
-                    pool = write_pool(work / f"pool-{name}-{index}.txt", 40_000)
+                    sellers = accounts if name == "accounts" else 0
+                    pool = write_pool(work / f"pool-{name}-{index}.txt", 40_000, accounts=sellers)
                     workers = _pids("-P", str(server.pid))
                     postgres = _pids("-u", "postgres")
                     web0, db0, (all0, idle0) = _ticks_of(workers), _ticks_of(postgres), _machine()
@@ -106,9 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--baseline", type=Path, help="another checkout's hookledger, too")
+    parser.add_argument(
+        "--accounts", type=int, default=0, help="also hookledger with this many sellers"
+    )
     args = parser.parse_args(argv)
     for backend in args.backend or ["postgresql", "sqlite"]:
-        measure(backend, args.rounds, args.seconds, args.baseline)
+        measure(backend, args.rounds, args.seconds, args.baseline, args.accounts)
     return 0
 
 
