@@ -85,10 +85,7 @@ class HeldConnections:
         """Run ``statement`` (the driver's placeholders) as its own transaction on this
         thread's connection; its rows. Raises SQLAlchemy's ``DBAPIError`` subclasses."""
         for attempt in (1, 2):
-            try:
-                conn = self._connection()
-            except self._driver_error as exc:  # the pool does not wrap a failure to connect
-                raise self._error(None, exc, broken=True) from exc
+            conn = self._connection()
             try:
                 return conn.execute(statement, params).fetchall()  # type: ignore[no-any-return]
             except self._driver_error as exc:
@@ -110,10 +107,7 @@ class HeldConnections:
         the lock) and ``COMMIT`` on this thread's connection, rolled back if anything fails.
         Driver errors are raised as SQLAlchemy's ``DBAPIError`` subclasses; anything else
         ``work`` raises, as it is."""
-        try:
-            conn = self._connection()
-        except self._driver_error as exc:
-            raise self._error(None, exc, broken=True) from exc
+        conn = self._connection()
         statement = "BEGIN"
         try:
             conn.execute("BEGIN")
@@ -170,7 +164,10 @@ class HeldConnections:
             return held.conn  # not closed by :meth:`close` or forgotten meanwhile
         # The engine makes it (connect arguments, ``connect`` events); it then leaves the
         # pool, which neither counts nor resets it.
-        fairy = self._engine.raw_connection()
+        try:
+            fairy = self._engine.raw_connection()
+        except self._driver_error as exc:  # the pool does not wrap a failure to connect
+            raise self._error(None, exc, broken=True) from exc
         conn: Any = fairy.driver_connection
         fairy.detach()
         if self._pg:
