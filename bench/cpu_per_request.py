@@ -8,7 +8,8 @@ time of the gunicorn workers and of every PostgreSQL server process (``/proc/<pi
 and of the whole machine (``/proc/stat``) is read before and after, then divided by the
 requests served. Rounds alternate the apps. The machine is shared and CPU-bound under this
 load, so throughput follows the CPU per request: this tells which side of the connection
-(the web process or the database) a difference is on. Linux only.
+(the web process or the database) a difference is on. With ``--duplicates`` every request
+re-posts a delivery already stored. Linux only.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ APPS = {
     "hookledger": "bench.yardstick:create_hookledger_app()",
 }
 _HZ = os.sysconf("SC_CLK_TCK")
+#: wrk -c16 against each app, its connections spread evenly over the workers.
+_CONNECTIONS = 16
+_CONFIG = GunicornConfig().balanced(_CONNECTIONS)
 
 
 def _ticks(pid: int) -> int:
@@ -59,31 +63,35 @@ def measure(
     seconds: float,
     baseline: Path | None,
     accounts: int = 0,
+    duplicates: bool = False,
 ) -> None:
     with temp_dir() as work, database(backend, work, name="cpureq") as db:
         migrate(db)
-        servers = {
-            name: Gunicorn(app, db=db, config=GunicornConfig()) for name, app in APPS.items()
-        }
+        servers = {name: Gunicorn(app, db=db, config=_CONFIG) for name, app in APPS.items()}
         if baseline is not None:
-            servers["baseline"] = Gunicorn(
-                APPS["hookledger"], db=db, config=GunicornConfig(), tree=baseline
-            )
+            servers["baseline"] = Gunicorn(APPS["hookledger"], db=db, config=_CONFIG, tree=baseline)
         if accounts:
             os.environ["HLBENCH_ACCOUNTS"] = str(accounts)  # read by create_accounts_app
-            servers["accounts"] = Gunicorn(ACCOUNTS_APP[1], db=db, config=GunicornConfig())
+            servers["accounts"] = Gunicorn(ACCOUNTS_APP[1], db=db, config=_CONFIG)
         try:
             for server in servers.values():
                 server.wait_ready()
+            stored: dict[str, Path] = {}
+            if duplicates:  # each app's pool posted once: every later request a duplicate
+                for name, server in servers.items():
+                    stored[name] = write_pool(work / f"stored-{name}.txt", 3000)
+                    _post_whole_pool(server.base + "/webhooks/", stored[name])
             for index in range(rounds):
                 order = list(servers.items())
                 for name, server in order if index % 2 == 0 else order[::-1]:
                     sellers = accounts if name == "accounts" else 0
-                    pool = write_pool(work / f"pool-{name}-{index}.txt", 40_000, accounts=sellers)
+                    pool = stored.get(name) or write_pool(
+                        work / f"pool-{name}-{index}.txt", 40_000, accounts=sellers
+                    )
                     workers = _pids("-P", str(server.pid))
                     postgres = _pids("-u", "postgres")
                     web0, db0, (all0, idle0) = _ticks_of(workers), _ticks_of(postgres), _machine()
-                    out = run_wrk(server.base + "/webhooks/", pool, seconds, 16)
+                    out = run_wrk(server.base + "/webhooks/", pool, seconds, _CONNECTIONS)
                     postgres += [p for p in _pids("-u", "postgres") if p not in postgres]
                     web1, db1, (all1, idle1) = _ticks_of(workers), _ticks_of(postgres), _machine()
                     n = max(1, int(out["requests"]))
@@ -105,6 +113,15 @@ def measure(
                 server.stop()
 
 
+def _post_whole_pool(url: str, pool: Path) -> None:
+    seconds = 2.0
+    for _ in range(5):  # each run starts again at the pool's first body
+        if run_wrk(url, pool, seconds, _CONNECTIONS)["wraps"]:
+            return
+        seconds *= 2
+    raise RuntimeError(f"could not post the whole pool {pool} to {url}")
+
+
 def _ticks_of(pids: list[int]) -> int:
     return sum(_ticks(pid) for pid in pids)
 
@@ -118,9 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--accounts", type=int, default=0, help="also hookledger with this many sellers"
     )
+    parser.add_argument(
+        "--duplicates",
+        action="store_true",
+        help="every request a duplicate (each app's pool of 3,000 posted once first)",
+    )
     args = parser.parse_args(argv)
     for backend in args.backend or ["postgresql", "sqlite"]:
-        measure(backend, args.rounds, args.seconds, args.baseline, args.accounts)
+        measure(backend, args.rounds, args.seconds, args.baseline, args.accounts, args.duplicates)
     return 0
 
 

@@ -134,7 +134,9 @@ class _EndToEnd:
         with database("sqlite", self.workdir, name=f"e2e{round_index}") as db:
             migrate(db)
             engine = db.engine()
-            web = Gunicorn(HOOKLEDGER_APP, db=db, config=self.cfg.gunicorn)
+            web = Gunicorn(
+                HOOKLEDGER_APP, db=db, config=self.cfg.gunicorn.balanced(self.cfg.connections)
+            )
             worker = Proc(
                 [str(BIN / "hookledger"), "--app", WORKER_APP, "worker"], env=child_env(db)
             )
@@ -194,7 +196,9 @@ class _EndToEnd:
         os.environ["HLBENCH_RQ_QUEUE"] = name  # the web processes' environment
         env = child_env(None, HLBENCH_RQ_QUEUE=name, HLBENCH_REDIS_URL=REDIS_URL)
         placeholder = Database("sqlite", f"sqlite:///{self.workdir / 'rq-unused.sqlite3'}", "-")
-        web = Gunicorn(RQ_APP, db=placeholder, config=self.cfg.gunicorn)
+        web = Gunicorn(
+            RQ_APP, db=placeholder, config=self.cfg.gunicorn.balanced(self.cfg.connections)
+        )
         worker = Proc(
             [
                 str(BIN / "rq"),
@@ -306,8 +310,9 @@ def run(cfg: EndToEndConfig, workdir: Path) -> Section:
             for x in xs
         )
 
+    server = cfg.gunicorn.balanced(cfg.connections)
     section.details.append(
-        f"SQLite (WAL, synchronous=FULL) against Redis + RQ; {cfg.gunicorn.describe()} for "
+        f"SQLite (WAL, synchronous=FULL) against Redis + RQ; {server.describe()} for "
         f"both; load `wrk -t1 -c{cfg.connections}` posting {cfg.events:,} signed unique "
         "events once each; one `hookledger worker` (default settings) against one "
         "`rq worker --worker-class rq.SimpleWorker`, running while the events arrive; from "

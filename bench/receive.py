@@ -288,7 +288,11 @@ def run(cfg: ReceiveConfig, workdir: Path) -> Section:
     started = time.monotonic()
     sync = f"; then `{cfg.sync_gunicorn.describe()}`" if cfg.sync_gunicorn else ""
     section.details.append(
-        f"Server: `{cfg.gunicorn.describe()}`{sync}, the same for both apps; yardstick: raw "
+        f"Server: `{cfg.gunicorn.describe()}`{sync}, the same for both apps; a gthread worker "
+        f"holds at most its share of the load's connections (`--worker-connections "
+        f"{cfg.gunicorn.balanced(cfg.connections).worker_connections}` under wrk, "
+        f"{cfg.gunicorn.balanced(cfg.loadgen_procs * cfg.loadgen_threads).worker_connections}"
+        f" under the open-loop clients), so both workers get as many; yardstick: raw "
         f"driver (psycopg 3 / sqlite3), autocommit insert, no pre-ping. Throughput load: "
         f"`wrk -t1 -c{cfg.connections}` for {cfg.duration:g} s per run, {cfg.rounds} rounds "
         f"alternating hookledger/yardstick (unique events; then, under gthread, duplicates: "
@@ -384,8 +388,10 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
     db = bench.db
     first = len(section.rows)
     details = ["", f"**{db.label}**", "", "| run | hookledger | yardstick |", "|---|---|---|"]
-    log(f"receive on {db.label}: starting gunicorn x2 ({cfg.gunicorn.describe()})")
-    bench.start(cfg.gunicorn)
+    # Each gthread worker holds its share of the load's connections (GunicornConfig.balanced).
+    throughput = cfg.gunicorn.balanced(cfg.connections)
+    log(f"receive on {db.label}: starting gunicorn x2 ({throughput.describe()})")
+    bench.start(throughput)
     gthread = cfg.gunicorn.worker_class
     warm = {app: bench.wrk(app, cfg.warmup) for app in _apps()}
     bench.pool_rate = max(200.0, 2.0 * max(w.rate for w in warm.values()))
@@ -410,7 +416,14 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
             db.label, f"{gthread}, duplicates", dups, THROUGHPUT_TARGET
         )
         details += _wrk_details(f"{gthread} duplicates", dups)
-    # Latency at half of the yardstick's throughput, open loop.
+    # Latency at half of the yardstick's throughput, open loop: the servers restarted with
+    # each worker holding its share of the open-loop clients' connections, and warmed up.
+    open_loop = cfg.gunicorn.balanced(cfg.loadgen_procs * cfg.loadgen_threads)
+    if open_loop != throughput:
+        log(f"receive on {db.label}: restarting gunicorn x2 ({open_loop.describe()})")
+        bench.start(open_loop)
+        for app in _apps():
+            bench.wrk(app, cfg.warmup)
     rate = ys_rate / 2
     floor = bench.open_loop("yardstick:/ping", rate, cfg.rate_duration, post=False)
     lat: dict[str, list[dict[str, float]]] = {app: [] for app in _apps()}
@@ -495,7 +508,7 @@ def _accounts_pass(cfg: ReceiveConfig, bench: _Bench, section: Section) -> list[
     by its body's merchant id to its seller, verified with that seller's secret only), in
     alternating rounds on the running gunicorn configuration; returns the details' lines."""
     name, target = ACCOUNTS_APP
-    server = Gunicorn(target, db=bench.db, config=cfg.gunicorn)
+    server = Gunicorn(target, db=bench.db, config=cfg.gunicorn.balanced(cfg.connections))
     bench.servers[name] = server
     try:
         server.wait_ready()
