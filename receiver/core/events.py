@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.errors import MalformedEvent, UnknownEventType
@@ -33,10 +33,12 @@ from receiver.core.resources import (
     Mandate,
     Payment,
     Payout,
+    Reference,
     Refund,
     Resource,
     Subscription,
     parse_resource,
+    reference_of,
 )
 from receiver.core.status import CONTENT_TYPE_KIND, STATUS_FOR_EVENT
 
@@ -144,6 +146,12 @@ class Event:
     Only the envelope is validated (see :func:`parse_event`); the content is parsed leniently
     into a typed resource (``object``), which is ``None`` for a missing or unknown content
     type. ``raw`` is the whole parsed body.
+
+    An event read from a body (:meth:`from_dict`, :func:`parse_event`) builds its ``object``
+    when it is first read: the receive path needs only :attr:`object_ref`,
+    :attr:`profile_id` and :attr:`object_created_time`, read straight from the content
+    (:class:`receiver.core.resources.Reference`), and leaves the typed parse to the handlers.
+    Equality, ``repr``, ``replace`` and pickling read ``object`` like any field.
     """
 
     event_id: str
@@ -162,8 +170,21 @@ class Event:
     @property
     def profile_id(self) -> str | None:
         """The business profile of the event's object, when its content names one."""
-        value = getattr(self.object, "profile_id", None)
-        return value if isinstance(value, str) else None
+        reference = self._reference()
+        return reference.profile_id if reference is not None else None
+
+    @property
+    def object_created_time(self) -> datetime | None:
+        """When the processor created the event's object (its ``created_time``), if known."""
+        reference = self._reference()
+        return reference.created_time if reference is not None else None
+
+    def _reference(self) -> Reference | None:
+        """The object's reference, read from the content while ``object`` is not built."""
+        stored = _OBJECT_SLOT.__get__(self, Event)
+        if type(stored) is _Unparsed:
+            return stored.reference()
+        return None if stored is None else Reference.of(stored)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Event:
@@ -197,7 +218,10 @@ class Event:
             merchant_id=read_str(data.get("merchant_id")),
             timestamp=read_datetime(data.get("timestamp")),
             content_type=content_type,
-            object=parse_resource(content_type, obj) if obj is not None else None,
+            # Built when first read (see the class docstring).
+            object=cast(Any, _Unparsed(content_type, obj))
+            if obj is not None and content_type is not None and content_type in RESOURCE_TYPES
+            else None,
             raw=data,
         )
 
@@ -220,19 +244,20 @@ class Event:
         When the object carries no status, the status the event type implies is used
         (``receiver.core.status.STATUS_FOR_EVENT``), provided the event type is about that kind.
         """
-        resource = self.object
-        if resource is None:
+        reference = self._reference()
+        if reference is None:
             return None
-        object_id = resource.object_id
+        object_id = reference.object_id
         if object_id is None or not object_id.strip():
             return None
-        status = resource.status
+        status = reference.status
         if status is None:
             implied = STATUS_FOR_EVENT.get(self.event_type)
-            if implied is not None and implied[0] == resource.kind:
+            if implied is not None and implied[0] == reference.kind:
                 status = implied[1]
-        stage = resource.dispute_stage if isinstance(resource, Dispute) else None
-        return ObjectRef(kind=resource.kind, object_id=object_id, status=status, stage=stage)
+        return ObjectRef(
+            kind=reference.kind, object_id=object_id, status=status, stage=reference.stage
+        )
 
     def _expect(self, resource_type: type[_R], content_type: str) -> _R:
         if isinstance(self.object, resource_type):
@@ -277,6 +302,55 @@ class Event:
         return self._expect(Subscription, "subscription_details")
 
 
+class _Unparsed:
+    """An event's ``content.object`` whose typed resource is not built yet: its content
+    type (one of :data:`RESOURCE_TYPES`) and mapping, and its reference once read."""
+
+    __slots__ = ("content_type", "data", "_reference")
+
+    def __init__(self, content_type: str, data: Mapping[str, Any]) -> None:
+        self.content_type = content_type
+        self.data = data
+        self._reference: Reference | None = None
+
+    def reference(self) -> Reference | None:
+        if self._reference is None:
+            self._reference = reference_of(self.content_type, self.data)
+        return self._reference
+
+    def __repr__(self) -> str:
+        return f"<{self.content_type} not parsed yet>"
+
+
+class _LazyObject:
+    """:attr:`Event.object`: the slot's value, the typed resource built (and stored in the
+    slot) the first time an event read from a body is asked for it. Two threads reading it
+    at once may both build it: equal values, the last one kept."""
+
+    def __init__(self, slot: Any) -> None:
+        self._slot = slot
+
+    def __get__(self, instance: Event | None, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        stored = self._slot.__get__(instance, owner)
+        if type(stored) is _Unparsed:
+            stored = parse_resource(stored.content_type, stored.data)
+            self._slot.__set__(instance, stored)
+        return stored
+
+    def __set__(self, instance: Event, value: Any) -> None:
+        self._slot.__set__(instance, value)
+
+    def __delete__(self, instance: Event) -> None:
+        self._slot.__delete__(instance)
+
+
+#: The member descriptor of ``Event``'s ``object`` slot (the value as stored).
+_OBJECT_SLOT: Any = Event.__dict__["object"]
+setattr(Event, "object", _LazyObject(_OBJECT_SLOT))  # noqa: B010 - replaces the slot's descriptor
+
+
 def json_type(value: object) -> str:
     """The JSON type of a decoded value, as a noun phrase (``"an object"``, ``"null"``...)."""
     if value is None:
@@ -298,6 +372,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+#: ``json.loads(text, parse_constant=...)`` makes a decoder per call; one serves every call.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def parse_event(body: bytes) -> Event:
     """Parse a raw webhook body into an :class:`Event`.
 
@@ -312,7 +390,7 @@ def parse_event(body: bytes) -> Event:
             f"webhook body is not valid UTF-8 (bad byte at position {exc.start})"
         ) from None
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = _DECODER.decode(text)
     except RecursionError:
         raise MalformedEvent("webhook body is nested too deeply") from None
     except json.JSONDecodeError as exc:

@@ -52,6 +52,34 @@ class _ResourceBase:
         return value if isinstance(value, datetime) else None
 
 
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """What the receive path needs of a resource: the object's kind, id, status, dispute
+    stage, business profile and creation time, read from ``content.object`` as the typed
+    resource reads them (each class's ``reference``), without building the resource.
+    ``tests/receiver/core/test_event_reference.py`` holds them equal for any body."""
+
+    kind: str
+    object_id: str | None
+    status: str | None
+    stage: str | None = None
+    profile_id: str | None = None
+    created_time: datetime | None = None
+
+    @classmethod
+    def of(cls, resource: Resource) -> Reference:
+        """The reference of a typed resource."""
+        profile = getattr(resource, "profile_id", None)
+        return cls(
+            kind=resource.kind,
+            object_id=resource.object_id,
+            status=resource.status,
+            stage=resource.dispute_stage if isinstance(resource, Dispute) else None,
+            profile_id=profile if isinstance(profile, str) else None,
+            created_time=resource.created_time,
+        )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True, repr=False)
 class Payment(_ResourceBase):
     """A payment (Hyperswitch ``PaymentsResponse``, content type ``payment_details``)."""
@@ -99,6 +127,17 @@ class Payment(_ResourceBase):
     def failure(self) -> UnifiedCode | None:
         """The unified decline code with retry advice, or ``None`` when there is none."""
         return describe_unified_code(self.unified_code)
+
+    @classmethod
+    def reference(cls, data: Mapping[str, Any]) -> Reference:
+        """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
+        return Reference(
+            kind=cls.kind,
+            object_id=read_str(data.get("payment_id")),
+            status=read_str(data.get("status")),
+            profile_id=read_str(data.get("profile_id")),
+            created_time=read_datetime(data.get("created")),
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Payment:
@@ -178,6 +217,17 @@ class Refund(_ResourceBase):
         return describe_unified_code(self.unified_code)
 
     @classmethod
+    def reference(cls, data: Mapping[str, Any]) -> Reference:
+        """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
+        return Reference(
+            kind=cls.kind,
+            object_id=read_str(data.get("refund_id")),
+            status=normalize_status("refund", read_str(data.get("status"))),
+            profile_id=read_str(data.get("profile_id")),
+            created_time=read_datetime(data.get("created_at")),
+        )
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Refund:
         """Build from a ``RefundResponse`` dict; wrong-typed fields become ``None``."""
         return cls(
@@ -243,6 +293,18 @@ class Dispute(_ResourceBase):
         return self.dispute_status
 
     @classmethod
+    def reference(cls, data: Mapping[str, Any]) -> Reference:
+        """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
+        return Reference(
+            kind=cls.kind,
+            object_id=read_str(data.get("dispute_id")),
+            status=read_str(data.get("dispute_status")),
+            stage=read_str(data.get("dispute_stage")),
+            profile_id=read_str(data.get("profile_id")),
+            created_time=read_datetime(data.get("created_at")),
+        )
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Dispute:
         """Build from a ``DisputeResponse`` dict; wrong-typed fields become ``None``."""
         return cls(
@@ -288,6 +350,15 @@ class Mandate(_ResourceBase):
     def object_id(self) -> str | None:
         """The mandate id."""
         return self.mandate_id
+
+    @classmethod
+    def reference(cls, data: Mapping[str, Any]) -> Reference:
+        """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
+        return Reference(
+            kind=cls.kind,
+            object_id=read_str(data.get("mandate_id")),
+            status=read_str(data.get("status")),
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Mandate:
@@ -345,6 +416,17 @@ class Payout(_ResourceBase):
     def failure(self) -> UnifiedCode | None:
         """The unified error code with retry advice, or ``None`` when there is none."""
         return describe_unified_code(self.unified_code)
+
+    @classmethod
+    def reference(cls, data: Mapping[str, Any]) -> Reference:
+        """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
+        return Reference(
+            kind=cls.kind,
+            object_id=read_str(data.get("payout_id")),
+            status=read_str(data.get("status")),
+            profile_id=read_str(data.get("profile_id")),
+            created_time=read_datetime(data.get("created")),
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Payout:
@@ -472,6 +554,11 @@ class Subscription(_ResourceBase):
         return self.invoice.currency if self.invoice is not None else None
 
     @classmethod
+    def reference(cls, data: Mapping[str, Any]) -> Reference:
+        """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
+        return Reference.of(cls.from_dict(data))  # the invoice nested in it: rare, typed
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Subscription:
         """Build from a ``ConfirmSubscriptionResponse`` dict; wrong-typed fields become ``None``."""
         invoice_data = read_mapping(data.get("invoice"))
@@ -510,6 +597,16 @@ RESOURCE_TYPES: Final[Mapping[str, type[Resource]]] = MappingProxyType(
         "subscription_details": Subscription,
     }
 )
+
+
+def reference_of(content_type: str | None, data: Mapping[str, Any]) -> Reference | None:
+    """:meth:`Reference.of` ``parse_resource(content_type, data)``, without parsing it."""
+    if content_type is None:
+        return None
+    resource_type = RESOURCE_TYPES.get(content_type)
+    if resource_type is None:
+        return None
+    return resource_type.reference(data)
 
 
 def parse_resource(content_type: str | None, data: Mapping[str, Any]) -> Resource | None:

@@ -115,7 +115,7 @@ def event_row(
         object_stage=_clip(object_stage, 64),
         object_key=object_key[:300],
         event_time=as_utc(event.timestamp) if event.timestamp else now,
-        object_created_at=event.object.created_time if event.object is not None else None,
+        object_created_at=event.object_created_time,
         received_at=now,
         body=body,
         headers=headers,
