@@ -282,8 +282,8 @@ class PostgreSQLStatements(Statements):
         self, fetchall: Fetchall, rows: Sequence[dict[str, Any]]
     ) -> DeliveriesWritten:
         params: dict[str, Any]
-        if len(rows) == 1:
-            sql, params = INSERT_DELIVERY, {column: rows[0][column] for column in EVENT_COLUMNS}
+        if len(rows) == 1:  # the row itself: psycopg reads the named parameters it needs
+            sql, params = INSERT_DELIVERY, rows[0]
         else:
             sql = INSERT_DELIVERIES
             params = {column: [row[column] for row in rows] for column in EVENT_COLUMNS}
