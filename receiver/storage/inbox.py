@@ -60,6 +60,8 @@ _STORED_SQL = (
     "SELECT account, event_id, id, body_sha256, key_id FROM hookledger_event"
     " WHERE account IN ({}) AND event_id IN ({})"
 )
+#: SQLite: the stored row of one account's event id.
+_STORED_ONE_SQL = _STORED_SQL.format("?", "?")
 
 #: Sources whose event ids hookledger derives from the transition (not the processor's ids).
 _DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
@@ -218,6 +220,10 @@ class Inbox:
             if isinstance(outcome, BaseException):
                 raise outcome
             return outcome
+        if self._sql.single_writer and self._held is not None:
+            duplicate = self._committed_duplicate(values)
+            if duplicate is not None:
+                return duplicate
         try:
             return self._group.submit(values, timeout=self._write_wait)
         except TimeoutError:
@@ -368,6 +374,8 @@ class Inbox:
             if self._sql.one_statement_batches:
                 return self._insert_deliveries(rows)
             if self._sql.single_writer:
+                if self._held is not None:  # each was read by its thread: not a duplicate
+                    return list(self._insert_together(rows))
                 return self._insert_unless_stored(rows)
             return list(self._insert_together(rows))
         except StorageUnavailable as exc:
@@ -380,12 +388,32 @@ class Inbox:
             outcomes.extend(self._insert_batch([values]))
         return outcomes
 
+    def _committed_duplicate(self, values: dict[str, Any]) -> Inserted | None:
+        """SQLite file: the delivery answered as a duplicate if its event id is committed
+        with the same body, read on this thread's own connection without a lock (a WAL
+        snapshot: with ``synchronous=FULL`` a row there is durable), so a duplicate never
+        queues behind this process's writes nor waits for the writers' lock; ``None``
+        otherwise (new, a conflict, or the read failed): the write decides, the
+        insert-or-ignore finding a row committed since."""
+        assert self._held is not None
+        try:
+            found = self._held.fetchall(_STORED_ONE_SQL, (values["account"], values["event_id"]))
+        except (sqlite3.Error, DBAPIError):
+            return None  # the write decides, and reports an outage
+        if not found:
+            return None
+        stored = Stored(int(found[0][2]), found[0][3], found[0][4])
+        if self._judge(values, stored) != "duplicate":
+            return None
+        return Inserted(result="duplicate", pk=stored.pk)
+
     def _insert_unless_stored(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
-        """SQLite: a duplicate (its event id stored, its body the same) is answered from a
-        read of the committed rows, which takes no lock (a WAL snapshot: a row there is
-        committed, with ``synchronous=FULL`` durably); the rest are written, under the write
-        lock, by the insert-or-ignore that decides (a row committed since the read is found
-        there)."""
+        """SQLite in memory (a file's deliveries are read by their own threads first:
+        :meth:`_committed_duplicate`): a duplicate (its event id stored, its body the same)
+        is answered from a read of the committed rows, which takes no lock (a WAL snapshot:
+        a row there is committed, with ``synchronous=FULL`` durably); the rest are written,
+        under the write lock, by the insert-or-ignore that decides (a row committed since
+        the read is found there)."""
         accounts = sorted({values["account"] for values in rows})
         event_ids = sorted({values["event_id"] for values in rows})
         statement = _STORED_SQL.format(
@@ -393,11 +421,8 @@ class Inbox:
         )
         found: Sequence[Any]
         try:
-            if self._held is not None:  # on the driver: no transaction for one read
-                found = self._held.fetchall(statement, [*accounts, *event_ids])
-            else:
-                with self.storage.deferred.connect() as conn:
-                    found = conn.exec_driver_sql(statement, (*accounts, *event_ids)).all()
+            with self.storage.deferred.connect() as conn:
+                found = conn.exec_driver_sql(statement, (*accounts, *event_ids)).all()
             known = {(r[0], r[1]): Stored(int(r[2]), r[3], r[4]) for r in found}
         except (sqlite3.Error, DBAPIError):
             known = {}  # the write below decides, and reports an outage

@@ -565,3 +565,55 @@ def test_sqlite_web_processes_queue_on_the_writers_lock_and_answer_503_past_the_
     assert _post(app, body, signed_headers(body, SECRETS["primary"])).status_code == 200
     assert _count(app) == 1
     WebhookReceiver.state(app).store.engine.dispose()
+
+
+def test_sqlite_a_duplicate_is_answered_while_this_process_waits_for_the_writers_lock(
+    tmp_path: Any,
+) -> None:
+    # Another web process holds the writers' lock; a new delivery to this one waits for it
+    # (its thread leads this process's write). A duplicate arriving meanwhile is answered
+    # from the committed row at once: it neither queues behind that write nor needs the lock.
+    import multiprocessing
+
+    from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
+
+    database = tmp_path / "shared.sqlite3"
+    app = Flask("dup-while-locked")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+        HOOKLEDGER_SQLITE_BUSY_TIMEOUT=4.0,
+        HOOKLEDGER_AUTO_MIGRATE=True,
+    )
+    WebhookReceiver(app)
+    stored = encode(build_event("payment_succeeded", event_id="evt_dup_1"))
+    assert _post(app, stored, signed_headers(stored, SECRETS["primary"])).status_code == 200
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(
+        target=_hold_writers_lock, args=(str(database) + WRITERS_LOCK_SUFFIX, 3.0, ready)
+    )
+    holder.start()
+    try:
+        assert ready.wait(30)
+        fresh = encode(build_event("payment_succeeded", event_id="evt_new_1"))
+        waiting: dict[str, Any] = {}
+        writer = threading.Thread(
+            target=lambda: waiting.update(
+                response=_post(app, fresh, signed_headers(fresh, SECRETS["primary"]))
+            )
+        )
+        writer.start()
+        time.sleep(0.5)  # the new delivery now waits for the lock
+        started = time.monotonic()
+        again = _post(app, stored, signed_headers(stored, SECRETS["primary"]))
+        elapsed = time.monotonic() - started
+        assert again.status_code == 200 and again.get_json()["status"] == "duplicate"
+        assert elapsed < 1.5, f"the duplicate waited {elapsed:.1f} s behind the write"
+        assert writer.is_alive()  # it was answered while the write still waited
+        writer.join(30)
+        assert waiting["response"].status_code == 200  # the lock came free within its wait
+    finally:
+        holder.join(30)
+    assert _count(app) == 2
+    WebhookReceiver.state(app).store.engine.dispose()
