@@ -213,12 +213,14 @@ class _Bench:
         n = max(500, math.ceil(self.pool_rate * seconds * 1.5))
         return write_pool(path, n, accounts=accounts)
 
-    def wrk(self, app: str, seconds: float) -> WrkResult:
+    def wrk(self, app: str, seconds: float, connections: int | None = None) -> WrkResult:
         server = self.servers[app]
         for attempt in (1, 2):
             pool = self.pool(seconds, accounts=self.cfg.accounts if app == ACCOUNTS_APP[0] else 0)
             before = _count(self.engine, app)
-            out = run_wrk(server.base + "/webhooks/", pool, seconds, self.cfg.connections)
+            out = run_wrk(
+                server.base + "/webhooks/", pool, seconds, connections or self.cfg.connections
+            )
             stored = _count(self.engine, app) - before
             pool.unlink()
             if out["wraps"] and attempt == 1:
@@ -418,12 +420,15 @@ def _run_backend(cfg: ReceiveConfig, bench: _Bench, section: Section) -> None:
         details += _wrk_details(f"{gthread} duplicates", dups)
     # Latency at half of the yardstick's throughput, open loop: the servers restarted with
     # each worker holding its share of the open-loop clients' connections, and warmed up.
-    open_loop = cfg.gunicorn.balanced(cfg.loadgen_procs * cfg.loadgen_threads)
+    clients = cfg.loadgen_procs * cfg.loadgen_threads
+    open_loop = cfg.gunicorn.balanced(clients)
     if open_loop != throughput:
         log(f"receive on {db.label}: restarting gunicorn x2 ({open_loop.describe()})")
         bench.start(open_loop)
+        # Warmed up with as many connections as the clients open, so every thread of both
+        # workers has its database connection and prepared statement before the rounds.
         for app in _apps():
-            bench.wrk(app, cfg.warmup)
+            bench.wrk(app, max(cfg.warmup, 3.0), connections=clients)
     rate = ys_rate / 2
     floor = bench.open_loop("yardstick:/ping", rate, cfg.rate_duration, post=False)
     lat: dict[str, list[dict[str, float]]] = {app: [] for app in _apps()}
