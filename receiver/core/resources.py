@@ -80,6 +80,28 @@ class Reference:
         )
 
 
+def _read_reference(
+    kind: str,
+    data: Mapping[str, Any],
+    id_key: str,
+    *,
+    status_key: str = "status",
+    stage_key: str | None = None,
+    created_key: str | None = None,
+    profile: bool = True,
+) -> Reference:
+    """A reference read from ``data`` by the keys its resource class reads them from."""
+    status = read_str(data.get(status_key))
+    return Reference(
+        kind=kind,
+        object_id=read_str(data.get(id_key)),
+        status=normalize_status(kind, status),
+        stage=read_str(data.get(stage_key)) if stage_key else None,
+        profile_id=read_str(data.get("profile_id")) if profile else None,
+        created_time=read_datetime(data.get(created_key)) if created_key else None,
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True, repr=False)
 class Payment(_ResourceBase):
     """A payment (Hyperswitch ``PaymentsResponse``, content type ``payment_details``)."""
@@ -131,13 +153,7 @@ class Payment(_ResourceBase):
     @classmethod
     def reference(cls, data: Mapping[str, Any]) -> Reference:
         """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
-        return Reference(
-            kind=cls.kind,
-            object_id=read_str(data.get("payment_id")),
-            status=read_str(data.get("status")),
-            profile_id=read_str(data.get("profile_id")),
-            created_time=read_datetime(data.get("created")),
-        )
+        return _read_reference(cls.kind, data, "payment_id", created_key="created")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Payment:
@@ -219,13 +235,7 @@ class Refund(_ResourceBase):
     @classmethod
     def reference(cls, data: Mapping[str, Any]) -> Reference:
         """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
-        return Reference(
-            kind=cls.kind,
-            object_id=read_str(data.get("refund_id")),
-            status=normalize_status("refund", read_str(data.get("status"))),
-            profile_id=read_str(data.get("profile_id")),
-            created_time=read_datetime(data.get("created_at")),
-        )
+        return _read_reference(cls.kind, data, "refund_id", created_key="created_at")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Refund:
@@ -295,13 +305,13 @@ class Dispute(_ResourceBase):
     @classmethod
     def reference(cls, data: Mapping[str, Any]) -> Reference:
         """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
-        return Reference(
-            kind=cls.kind,
-            object_id=read_str(data.get("dispute_id")),
-            status=read_str(data.get("dispute_status")),
-            stage=read_str(data.get("dispute_stage")),
-            profile_id=read_str(data.get("profile_id")),
-            created_time=read_datetime(data.get("created_at")),
+        return _read_reference(
+            cls.kind,
+            data,
+            "dispute_id",
+            status_key="dispute_status",
+            stage_key="dispute_stage",
+            created_key="created_at",
         )
 
     @classmethod
@@ -354,11 +364,7 @@ class Mandate(_ResourceBase):
     @classmethod
     def reference(cls, data: Mapping[str, Any]) -> Reference:
         """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
-        return Reference(
-            kind=cls.kind,
-            object_id=read_str(data.get("mandate_id")),
-            status=read_str(data.get("status")),
-        )
+        return _read_reference(cls.kind, data, "mandate_id", profile=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Mandate:
@@ -420,13 +426,7 @@ class Payout(_ResourceBase):
     @classmethod
     def reference(cls, data: Mapping[str, Any]) -> Reference:
         """:meth:`Reference.of` ``from_dict(data)``, read without building the resource."""
-        return Reference(
-            kind=cls.kind,
-            object_id=read_str(data.get("payout_id")),
-            status=read_str(data.get("status")),
-            profile_id=read_str(data.get("profile_id")),
-            created_time=read_datetime(data.get("created")),
-        )
+        return _read_reference(cls.kind, data, "payout_id", created_key="created")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Payout:
@@ -601,18 +601,14 @@ RESOURCE_TYPES: Final[Mapping[str, type[Resource]]] = MappingProxyType(
 
 def reference_of(content_type: str | None, data: Mapping[str, Any]) -> Reference | None:
     """:meth:`Reference.of` ``parse_resource(content_type, data)``, without parsing it."""
-    if content_type is None:
-        return None
-    resource_type = RESOURCE_TYPES.get(content_type)
-    if resource_type is None:
-        return None
-    return resource_type.reference(data)
+    resource_type = _resource_type(content_type)
+    return None if resource_type is None else resource_type.reference(data)
 
 
 def parse_resource(content_type: str | None, data: Mapping[str, Any]) -> Resource | None:
-    if content_type is None:
-        return None
-    resource_type = RESOURCE_TYPES.get(content_type)
-    if resource_type is None:
-        return None
-    return resource_type.from_dict(data)
+    resource_type = _resource_type(content_type)
+    return None if resource_type is None else resource_type.from_dict(data)
+
+
+def _resource_type(content_type: str | None) -> type[Resource] | None:
+    return None if content_type is None else RESOURCE_TYPES.get(content_type)

@@ -531,32 +531,43 @@ def _hold_writers_lock(path: str, seconds: float, ready: Any) -> None:
         time.sleep(seconds)
 
 
+def _sqlite_file_app(tmp_path: Any, name: str, busy_timeout: float) -> tuple[Flask, str]:
+    """An app on a SQLite file, and the path of that file's writers' lock."""
+    from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
+
+    database = tmp_path / "shared.sqlite3"
+    app = Flask(name)
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+        HOOKLEDGER_SQLITE_BUSY_TIMEOUT=busy_timeout,
+        HOOKLEDGER_AUTO_MIGRATE=True,
+    )
+    WebhookReceiver(app)
+    return app, str(database) + WRITERS_LOCK_SUFFIX
+
+
+def _another_process_holds(lock: str, seconds: float) -> Any:
+    """A started process (another web process of the host, say) holding ``lock`` for
+    ``seconds``; returned once it holds it."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_writers_lock, args=(lock, seconds, ready))
+    holder.start()
+    assert ready.wait(30)
+    return holder
+
+
 def test_sqlite_web_processes_queue_on_the_writers_lock_and_answer_503_past_the_timeout(
     tmp_path: Any,
 ) -> None:
     # Another web process of the host is writing (it holds the writers' lock) for longer than
     # the busy timeout: this delivery gets 503 and is not stored; once it is free, 200.
-    import multiprocessing
-
-    from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
-
-    database = tmp_path / "shared.sqlite3"
-    app = Flask("two-procs")
-    app.config.update(
-        HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
-        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
-        HOOKLEDGER_SQLITE_BUSY_TIMEOUT=0.3,
-        HOOKLEDGER_AUTO_MIGRATE=True,
-    )
-    WebhookReceiver(app)
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Event()
-    holder = ctx.Process(
-        target=_hold_writers_lock, args=(str(database) + WRITERS_LOCK_SUFFIX, 2.0, ready)
-    )
-    holder.start()
+    app, lock = _sqlite_file_app(tmp_path, "two-procs", busy_timeout=0.3)
+    holder = _another_process_holds(lock, 2.0)
     try:
-        assert ready.wait(30)
         body = encode(build_event("payment_succeeded", event_id="evt_wait_1"))
         assert _post(app, body, signed_headers(body, SECRETS["primary"])).status_code == 503
         assert _count(app) == 0
@@ -573,29 +584,11 @@ def test_sqlite_a_duplicate_is_answered_while_this_process_waits_for_the_writers
     # Another web process holds the writers' lock; a new delivery to this one waits for it
     # (its thread leads this process's write). A duplicate arriving meanwhile is answered
     # from the committed row at once: it neither queues behind that write nor needs the lock.
-    import multiprocessing
-
-    from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
-
-    database = tmp_path / "shared.sqlite3"
-    app = Flask("dup-while-locked")
-    app.config.update(
-        HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
-        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
-        HOOKLEDGER_SQLITE_BUSY_TIMEOUT=4.0,
-        HOOKLEDGER_AUTO_MIGRATE=True,
-    )
-    WebhookReceiver(app)
+    app, lock = _sqlite_file_app(tmp_path, "dup-while-locked", busy_timeout=4.0)
     stored = encode(build_event("payment_succeeded", event_id="evt_dup_1"))
     assert _post(app, stored, signed_headers(stored, SECRETS["primary"])).status_code == 200
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Event()
-    holder = ctx.Process(
-        target=_hold_writers_lock, args=(str(database) + WRITERS_LOCK_SUFFIX, 3.0, ready)
-    )
-    holder.start()
+    holder = _another_process_holds(lock, 3.0)
     try:
-        assert ready.wait(30)
         fresh = encode(build_event("payment_succeeded", event_id="evt_new_1"))
         waiting: dict[str, Any] = {}
         writer = threading.Thread(
