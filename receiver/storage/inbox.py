@@ -37,7 +37,7 @@ from receiver.storage.groupcommit import GroupCommit
 from receiver.storage.held_connections import HeldConnections
 from receiver.storage.sealed_columns import same_body, seal_event_row
 from receiver.storage.sql.base import Stored
-from receiver.storage.sql.sqlite import SQLiteStatements
+from receiver.storage.sql.sqlite import STORED_ROW_SQL, SQLiteStatements, stored_of
 from receiver.storage.sql.tables import CONFLICT, EVENT
 from receiver.storage.tables import EventStatus, Source
 
@@ -60,8 +60,6 @@ _STORED_SQL = (
     "SELECT account, event_id, id, body_sha256, key_id FROM hookledger_event"
     " WHERE account IN ({}) AND event_id IN ({})"
 )
-#: SQLite: the stored row of one account's event id.
-_STORED_ONE_SQL = _STORED_SQL.format("?", "?")
 
 #: Sources whose event ids hookledger derives from the transition (not the processor's ids).
 _DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
@@ -373,10 +371,10 @@ class Inbox:
         try:
             if self._sql.one_statement_batches:
                 return self._insert_deliveries(rows)
-            if self._sql.single_writer:
-                if self._held is not None:  # each was read by its thread: not a duplicate
-                    return list(self._insert_together(rows))
+            if self._sql.single_writer and self._held is None:
                 return self._insert_unless_stored(rows)
+            # (A SQLite file's deliveries were each read by their own thread: none is a
+            # committed duplicate.)
             return list(self._insert_together(rows))
         except StorageUnavailable as exc:
             return [unavailable(exc.__cause__) for _ in rows]
@@ -397,13 +395,11 @@ class Inbox:
         insert-or-ignore finding a row committed since."""
         assert self._held is not None
         try:
-            found = self._held.fetchall(_STORED_ONE_SQL, (values["account"], values["event_id"]))
+            found = self._held.fetchall(STORED_ROW_SQL, (values["account"], values["event_id"]))
         except (sqlite3.Error, DBAPIError):
             return None  # the write decides, and reports an outage
-        if not found:
-            return None
-        stored = Stored(int(found[0][2]), found[0][3], found[0][4])
-        if self._judge(values, stored) != "duplicate":
+        stored = stored_of(found[0] if found else None)
+        if stored is None or self._judge(values, stored) != "duplicate":
             return None
         return Inserted(result="duplicate", pk=stored.pk)
 

@@ -146,6 +146,11 @@ STORED_ROW_SQL = (
 )
 
 
+def stored_of(row: Sequence[Any] | None) -> Stored | None:
+    """A row of :data:`STORED_ROW_SQL` (``None``: no such row)."""
+    return None if row is None else Stored(int(row[0]), row[1], row[2])
+
+
 class SQLiteStatements(Statements):
     name: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
@@ -201,8 +206,7 @@ class SQLiteStatements(Statements):
 
     def stored_on_driver(self, conn: Any, account: str, event_id: str) -> Stored | None:
         """The stored row of ``account``'s ``event_id``, read on a sqlite3 connection."""
-        row = conn.execute(STORED_ROW_SQL, (account, event_id)).fetchone()
-        return None if row is None else Stored(int(row[0]), row[1], row[2])
+        return stored_of(conn.execute(STORED_ROW_SQL, (account, event_id)).fetchone())
 
     def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:
         if not object_keys:
