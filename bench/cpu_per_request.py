@@ -23,7 +23,7 @@ from typing import Literal
 
 from bench.bodies import write_pool
 from bench.common import Gunicorn, GunicornConfig, database, migrate, temp_dir
-from bench.receive import ACCOUNTS_APP, run_wrk
+from bench.receive import ACCOUNTS_APP, post_whole_pool, run_wrk
 
 APPS = {
     "yardstick": "bench.yardstick:create_app()",
@@ -80,7 +80,7 @@ def measure(
             if duplicates:  # each app's pool posted once: every later request a duplicate
                 for name, server in servers.items():
                     stored[name] = write_pool(work / f"stored-{name}.txt", 3000)
-                    _post_whole_pool(server.base + "/webhooks/", stored[name])
+                    post_whole_pool(server.base + "/webhooks/", stored[name], _CONNECTIONS)
             for index in range(rounds):
                 order = list(servers.items())
                 for name, server in order if index % 2 == 0 else order[::-1]:
@@ -111,15 +111,6 @@ def measure(
         finally:
             for server in servers.values():
                 server.stop()
-
-
-def _post_whole_pool(url: str, pool: Path) -> None:
-    seconds = 2.0
-    for _ in range(5):  # each run starts again at the pool's first body
-        if run_wrk(url, pool, seconds, _CONNECTIONS)["wraps"]:
-            return
-        seconds *= 2
-    raise RuntimeError(f"could not post the whole pool {pool} to {url}")
 
 
 def _ticks_of(pids: list[int]) -> int:

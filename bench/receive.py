@@ -135,6 +135,17 @@ def run_wrk(url: str, pool: Path | None, seconds: float, connections: int) -> di
     raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stdout[-800:]} {proc.stderr[-800:]}")
 
 
+def post_whole_pool(url: str, pool: Path, connections: int) -> None:
+    """Post every body of ``pool`` to ``url`` at least once (``wrk`` runs of growing length,
+    each starting again at the pool's first body, until one wraps around)."""
+    seconds = 2.0
+    for _ in range(5):
+        if run_wrk(url, pool, seconds, connections)["wraps"]:
+            return
+        seconds *= 2
+    raise RuntimeError(f"could not post the whole pool {pool.name} to {url}")
+
+
 def _result(out: dict[str, float], stored: int) -> WrkResult:
     errors = int(
         out["status_errors"] + out["connect_errors"] + out["read_errors"] + out["timeouts"]
@@ -188,15 +199,7 @@ class _Bench:
     def prime(self, app: str, pool: Path) -> None:
         """Post every body of ``pool`` to ``app`` at least once (stored: later posts of
         ``pool`` are all duplicates)."""
-        seconds = 2.0
-        for _ in range(5):  # each run starts again at the pool's first body
-            out = run_wrk(
-                self.servers[app].base + "/webhooks/", pool, seconds, self.cfg.connections
-            )
-            if out["wraps"]:
-                return
-            seconds *= 2
-        raise RuntimeError(f"{app}: could not post the whole duplicate pool")
+        post_whole_pool(self.servers[app].base + "/webhooks/", pool, self.cfg.connections)
 
     def duplicates(self, app: str, pool: Path, seconds: float) -> WrkResult:
         """``pool`` posted again: every request a duplicate; nothing may be stored."""
