@@ -23,7 +23,7 @@ from reconcile.client.events_api import EventsClient
 from reconcile.client.processor import ProcessorClient
 from reconcile.client.transport import RetryPolicy
 from tests.contract import API_KEY
-from tests.contract.patch_spec import spec_path, write_patched_spec
+from tests.contract.patch_spec import require_spec, write_patched_spec
 from tests.contract.prism import PrismServer, find_prism, start_prism
 from tests.contract.recorder import ContractRecorder
 
@@ -62,10 +62,7 @@ def _unavailable(reason: str) -> NoReturn:
 @pytest.fixture(scope="session")
 def source_spec() -> Path:
     """Where the unpatched spec is (it is never copied into the repository)."""
-    source = spec_path()
-    if not source.is_file():
-        _unavailable(f"the Hyperswitch spec is missing at {source}")
-    return source
+    return require_spec("contract tests")
 
 
 @pytest.fixture(scope="session")

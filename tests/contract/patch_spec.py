@@ -74,6 +74,7 @@ __all__ = [
     "load_spec",
     "patch_spec",
     "prune_spec",
+    "require_spec",
     "spec_path",
     "write_patched_spec",
 ]
@@ -97,6 +98,21 @@ def spec_path() -> Path:
     """Where the unpatched spec is read from (``$HOOKLEDGER_OPENAPI_SPEC`` or the default)."""
     override = os.environ.get(SPEC_ENV)
     return Path(override) if override else DEFAULT_SPEC
+
+
+def require_spec(tests: str) -> Path:
+    """The unpatched spec, for ``tests`` that check against it. It is never copied into the
+    repository: a checkout without ``../shared`` (and no ``$HOOKLEDGER_OPENAPI_SPEC``) skips
+    them with the reason, and fails them under ``CI=true``. Usable at a module's import."""
+    import pytest
+
+    source = spec_path()
+    if source.is_file():
+        return source
+    reason = f"the Hyperswitch spec is missing at {source} (${SPEC_ENV} names another path)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{tests} need it under CI=true: {reason}", pytrace=False)
+    pytest.skip(f"{tests} skipped: {reason}", allow_module_level=True)
 
 
 def load_spec(path: Path | None = None) -> JSON:

@@ -42,7 +42,7 @@ from typing import Any, Final
 import jsonschema
 from jsonschema import Draft4Validator, FormatChecker
 
-from tests.contract.patch_spec import load_spec, patch_spec
+from tests.contract.patch_spec import load_spec, patch_spec, require_spec
 
 JSON = dict[str, Any]
 
@@ -64,7 +64,7 @@ _CREATE_SCHEMA: Final = "PaymentsCreateResponseOpenApi"
 @functools.cache
 def patched_spec() -> JSON:
     """The spec with patch_spec's patches and :data:`SCHEMA_PATCHES` applied (cached)."""
-    spec = patch_spec(load_spec())
+    spec = patch_spec(load_spec(require_spec("the sandbox's contract checks")))
     schemas: JSON = spec["components"]["schemas"]
     for name, prop in SCHEMA_PATCHES:
         schemas[name]["properties"][prop].pop("minimum", None)
