@@ -8,7 +8,7 @@ it, in one transaction, are atomic without row locks.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -151,6 +151,19 @@ def stored_of(row: Sequence[Any] | None) -> Stored | None:
     return None if row is None else Stored(int(row[0]), row[1], row[2])
 
 
+def utc_text(value: datetime | None) -> str | None:
+    """An aware time as the inbox stores it on SQLite: in UTC, ``YYYY-MM-DD HH:MM:SS.ffffff``
+    (the text SQLAlchemy's ``UTCDateTime`` and SQLite ``DATETIME`` processors write, which
+    the reads parse back). A naive time is refused, as they refuse it."""
+    if value is None:
+        return None
+    if value.tzinfo is not UTC:
+        if value.utcoffset() is None:
+            raise ValueError("Datetime values must have timezone information.")
+        value = value.astimezone(UTC)
+    return value.isoformat(" ", "microseconds")[:-6]  # without its "+00:00"
+
+
 class SQLiteStatements(Statements):
     name: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
@@ -164,11 +177,17 @@ class SQLiteStatements(Statements):
         )
         self._upsert_projection = _upsert_projection()
         self._upsert_ledger = _upsert_ledger()
-        # What SQLAlchemy does to each value of an inbox row (times as SQLite's text).
+        # What SQLAlchemy does to each value of an inbox row: times as SQLite's text, by
+        # :func:`utc_text` (the same text as SQLAlchemy's processors, in a fifth of the time).
         dialect = sqlite.dialect()
         self._event_binds = [
-            (name, EVENT.c[name].type.dialect_impl(dialect).bind_processor(dialect))
-            for name in EVENT_COLUMNS
+            (
+                name,
+                utc_text
+                if kind == "timestamptz"
+                else EVENT.c[name].type.dialect_impl(dialect).bind_processor(dialect),
+            )
+            for name, kind in EVENT_COLUMNS.items()
         ]
 
     def insert(self, table: Table) -> Any:

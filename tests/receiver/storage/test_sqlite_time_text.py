@@ -1,0 +1,49 @@
+"""The inbox's times on SQLite are written by :func:`utc_text` on the receive path and by
+SQLAlchemy's column processors everywhere else (reads compare them as text): the two must
+write the same text for every time, or a claim's ``next_attempt_at <= now`` would order
+rows written by the two paths wrongly."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy.dialects import sqlite
+
+from receiver.storage.sql.sqlite import utc_text
+from receiver.storage.sql.tables import EVENT
+
+_DIALECT = sqlite.dialect()
+_SQLALCHEMY = EVENT.c.next_attempt_at.type.dialect_impl(_DIALECT).bind_processor(_DIALECT)
+
+_ZONES = st.one_of(
+    st.just(UTC),
+    st.builds(
+        timezone,
+        st.timedeltas(min_value=timedelta(hours=-23, minutes=-59), max_value=timedelta(hours=23)),
+    ),
+)
+#: Far enough from the calendar's ends that UTC is still a datetime.
+_TIMES = st.datetimes(
+    min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=_ZONES
+)
+
+
+@given(_TIMES)
+def test_utc_text_is_sqlalchemys_text(value: datetime) -> None:
+    assert utc_text(value) == _SQLALCHEMY(value)
+
+
+def test_whole_seconds_keep_their_microseconds() -> None:
+    value = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))
+    assert utc_text(value) == "2026-01-02 01:04:05.000000" == _SQLALCHEMY(value)
+
+
+def test_none_and_naive_times() -> None:
+    assert utc_text(None) is None is _SQLALCHEMY(None)
+    with pytest.raises(ValueError, match="timezone"):
+        utc_text(datetime(2026, 1, 1))  # noqa: DTZ001 - the naive time refused
+    with pytest.raises(ValueError, match="timezone"):
+        _SQLALCHEMY(datetime(2026, 1, 1))  # noqa: DTZ001
