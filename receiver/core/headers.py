@@ -39,6 +39,9 @@ REDACTED_HEADERS = frozenset(
     {"authorization", "cookie", "proxy-authorization", "api-key", "x-api-key", "set-cookie"}
 )
 
+#: ``json.dumps(..., ensure_ascii=False, sort_keys=True)`` without building an encoder per call.
+_HEADERS_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
+
 _TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 
@@ -48,7 +51,7 @@ def clean_headers(
     """The headers kept with a delivery, as JSON: those named in ``keep`` (lower case), never
     a credential header (:data:`REDACTED_HEADERS`)."""
     kept = {k: v for k, v in headers if k.lower() in keep and k.lower() not in REDACTED_HEADERS}
-    return json.dumps(kept, ensure_ascii=False, sort_keys=True)
+    return _HEADERS_JSON(kept)
 
 
 def environ_headers(
