@@ -178,7 +178,7 @@ class SQLiteStatements(Statements):
         self._upsert_projection = _upsert_projection()
         self._upsert_ledger = _upsert_ledger()
         # What SQLAlchemy does to each value of an inbox row: times as SQLite's text, by
-        # :func:`utc_text` (the same text as SQLAlchemy's processors, in a fifth of the time).
+        # :func:`utc_text` (the same text as SQLAlchemy's processors, in a third of the time).
         dialect = sqlite.dialect()
         self._event_binds = [
             (

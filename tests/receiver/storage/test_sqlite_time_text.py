@@ -47,3 +47,17 @@ def test_none_and_naive_times() -> None:
         utc_text(datetime(2026, 1, 1))  # noqa: DTZ001 - the naive time refused
     with pytest.raises(ValueError, match="timezone"):
         _SQLALCHEMY(datetime(2026, 1, 1))  # noqa: DTZ001
+
+
+def test_every_time_column_written_by_utc_text_takes_sqlalchemys_text() -> None:
+    # utc_text stands in for each column's own processor on the receive path: every column
+    # it is chosen for must have written the same text (a column of another time type would
+    # otherwise be stored in a form its reads do not expect).
+    from receiver.storage.sql.sqlite import SQLiteStatements
+
+    replaced = [name for name, bind in SQLiteStatements()._event_binds if bind is utc_text]
+    assert replaced == ["event_time", "object_created_at", "received_at", "next_attempt_at"]
+    value = datetime(2026, 3, 4, 5, 6, 7, 89, tzinfo=timezone(timedelta(hours=-7)))
+    for name in replaced:
+        own = EVENT.c[name].type.dialect_impl(_DIALECT).bind_processor(_DIALECT)
+        assert own is not None and own(value) == utc_text(value), name
