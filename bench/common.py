@@ -250,9 +250,10 @@ def temp_dir(prefix: str = "hlbench-") -> Iterator[Path]:
 @contextlib.contextmanager
 def database(backend: Backend, workdir: Path, name: str = "bench") -> Iterator[Database]:
     """An empty database: a SQLite file in ``workdir``, or a PostgreSQL database of its own
-    (dropped afterwards). A database rather than a schema, because PostgreSQL advisory locks
-    (the reconciler's run lock, the workers' object locks) are scoped to the database: test
-    runs of other people on the same server must not collide with the bench."""
+    (dropped afterwards). A database rather than a schema: hookledger's advisory locks (the
+    reconciler's run lock, the workers' object locks) are keyed by schema, but a database of
+    its own also keeps the bench's tables, statistics and catalogue apart from whatever else
+    runs on the same server."""
     if backend == "sqlite":
         path = workdir / f"{name}.sqlite3"
         yield Database("sqlite", f"sqlite:///{path}", "SQLite (WAL)")

@@ -4,9 +4,11 @@ A worker claims an event by taking the lease row of the event's *object* with a 
 upsert (``ON CONFLICT DO UPDATE ... WHERE expires_at < now``), so two workers never process
 events of one object at the same time, on any number of hosts. On PostgreSQL candidates are
 read with ``FOR UPDATE SKIP LOCKED`` and each object is first gated with a non-blocking
-``pg_try_advisory_xact_lock``, so claimers never queue behind each other; on SQLite every
-transaction is ``BEGIN IMMEDIATE`` (one writer at a time), which makes the claim atomic. A
-crashed worker's leases expire and its events are claimed again.
+``pg_try_advisory_xact_lock`` (keyed by the object and this installation's lease table, so
+that installations in other schemas of the database are never in the way), so claimers
+never queue behind each other; on SQLite every transaction is ``BEGIN IMMEDIATE`` (one
+writer at a time), which makes the claim atomic. A crashed worker's leases expire and its
+events are claimed again.
 """
 
 from __future__ import annotations

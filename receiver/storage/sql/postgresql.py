@@ -85,8 +85,11 @@ WAITING_OBJECTS = text(
 TAKE_LEASES = text(
     "INSERT INTO hookledger_object_lease (object_key, owner, expires_at) "
     "SELECT k, :owner, :expires FROM unnest(CAST(:keys AS text[])) AS k "
-    # Objects another claimer is leasing right now are skipped, never waited for.
-    "WHERE pg_try_advisory_xact_lock(hashtextextended('hookledger:' || k, 0)) "
+    # Objects another claimer is leasing right now are skipped, never waited for. Advisory
+    # locks are the database's: the key is seeded with this lease table's oid, so that an
+    # installation in another schema of the same database never holds up this one's claims.
+    "WHERE pg_try_advisory_xact_lock(hashtextextended('hookledger:' || k, "
+    "CAST(CAST(CAST('hookledger_object_lease' AS regclass) AS oid) AS bigint))) "
     # Lease rows are locked in key order, as a commit locks them (see the module docstring).
     "ORDER BY k "
     "ON CONFLICT (object_key) DO UPDATE "
