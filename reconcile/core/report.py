@@ -217,6 +217,9 @@ class EventsReport:
     listed: int = 0
     already_stored: int = 0
     recovered: Counter[str] = field(default_factory=Counter)
+    #: Undelivered events stored for their original bytes whose transition hookledger
+    #: already held (recovered from the lists in an earlier run): not recovered again.
+    already_known: int = 0
     before_cutover: int = 0
     resent: int = 0
     bad_signature: int = 0
@@ -253,6 +256,7 @@ class EventsReport:
             "already_stored": self.already_stored,
             "recovered": dict(sorted(self.recovered.items())),
             "recovered_total": sum(self.recovered.values()),
+            "already_known": self.already_known,
             "before_cutover": self.before_cutover,
             "resent": self.resent,
             "bad_signature": self.bad_signature,
@@ -394,7 +398,8 @@ def render(report: dict[str, Any]) -> str:
     if events:
         lines.append(
             f"events    listed {events['listed']}, recovered {events['recovered_total']}, "
-            f"already stored {events['already_stored']}, before the cut-over "
+            f"already stored {events['already_stored']}, already known "
+            f"{events.get('already_known', 0)}, before the cut-over "
             f"{events['before_cutover']}, bad signature {events['bad_signature']}, "
             f"waiting {events.get('waiting', 0)}"
         )

@@ -16,6 +16,11 @@ a bad row: nothing is wrong yet. The report counts it as ``waiting`` (the run is
 unresolved) and the events watermark stops at the oldest waiting event, so a later run lists
 it again and recovers it once its request exists.
 
+An undelivered event whose transition hookledger already holds (the lists recovered it in
+an earlier run, when the events API had no request for it yet, and it was dispatched or
+waits in the inbox) is stored all the same, for its original bytes, and counted
+``already_known``, not ``recovered`` a second time: its dispatch is a duplicate transition.
+
 On an adopted account, undelivered events created before the cut-over are left alone.
 """
 
@@ -28,11 +33,12 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Table, select
 
-from receiver.core.accounts import DEFAULT_ACCOUNT
+from receiver.core.accounts import DEFAULT_ACCOUNT, object_key
 from receiver.core.errors import MalformedEvent, SignatureError
-from receiver.core.events import parse_event, parse_timestamp
+from receiver.core.events import Event, parse_event, parse_timestamp
 from receiver.core.signature import SIGNATURE_HEADER, Secret, verify
-from receiver.storage.tables import InboxEvent, Source
+from receiver.core.transitions import read_event
+from receiver.storage.tables import EventStatus, InboxEvent, Source, Transition
 from receiver.store import Store
 from reconcile.client.paging import Pager
 from reconcile.core.diff import clean_text
@@ -42,6 +48,7 @@ from reconcile.core.report import SAMPLE, EventsReport
 log = logging.getLogger("reconcile.undelivered")
 
 E: Table = InboxEvent.__table__  # type: ignore[attr-defined]
+T: Table = Transition.__table__  # type: ignore[attr-defined]
 
 #: Listed events looked up in the inbox together.
 BATCH: Final = 100
@@ -205,6 +212,39 @@ class UndeliveredEvents:
             )
             return {row.event_id for row in rows}
 
+    def _known(self, event: Event) -> bool:
+        """Whether hookledger already holds the transition ``event`` stands for: dispatched
+        (its row in the transition ledger) or waiting in the inbox (an open event of the
+        object reporting the same state)."""
+        ref = event.object_ref
+        if ref is None:
+            return False
+        state = read_event(ref.kind, event.event_type, ref.status, ref.stage).state
+        if state is None:
+            return False
+        with self.inbox.deferred.connect() as conn:
+            dispatched = conn.execute(
+                select(T.c.event_pk).where(
+                    T.c.account == self.account,
+                    T.c.object_kind == ref.kind,
+                    T.c.object_id == ref.object_id,
+                    T.c.state == state.key,
+                )
+            ).first()
+            if dispatched is not None:
+                return True
+            # The object index alone (an object has few events; see waiting_states).
+            rows = conn.execute(
+                select(E.c.status, E.c.event_type, E.c.object_status, E.c.object_stage).where(
+                    E.c.object_key == object_key(self.account, ref.kind, ref.object_id)
+                )
+            ).all()
+        return any(
+            read_event(ref.kind, event_type, status, stage).state == state
+            for event_status, event_type, status, stage in rows
+            if event_status in EventStatus.OPEN
+        )
+
     def _recover(
         self, events: list[tuple[str, datetime | None]], report: EventsReport, dry_run: bool
     ) -> None:
@@ -275,8 +315,12 @@ class UndeliveredEvents:
             report.bad_rows += 1
             _note(report.bad_rows_sample, f"event {shown}: its stored body carries another id")
             return
+        known = self._known(event)
         if dry_run:
-            report.recovered[event.event_type] += 1
+            if known:
+                report.already_known += 1
+            else:
+                report.recovered[event.event_type] += 1
             return
         result = self.inbox.inbox.insert(
             event,
@@ -286,7 +330,9 @@ class UndeliveredEvents:
             source=Source.RECOVERED,
             account=self.account,
         )
-        if result.result == "inserted":
+        if result.result == "inserted" and known:
+            report.already_known += 1
+        elif result.result == "inserted":
             report.recovered[event.event_type] += 1
         elif result.result == "duplicate":
             report.already_stored += 1

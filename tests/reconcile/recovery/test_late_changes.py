@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -45,6 +46,17 @@ def _recovering(w: World, days: int = 2) -> object:
         if report.recovered:  # type: ignore[attr-defined]
             return report
     raise AssertionError(f"nothing recovered within {days} days")
+
+
+def _lost_without_request(w: World, payment_id: str) -> dict[str, Any]:
+    """A payment whose ``payment_succeeded`` webhook is lost and whose request the events
+    API has not recorded (the processor was stopped mid-delivery); returns that event."""
+    w.drop_next("payment_succeeded")
+    w.pay(payment_id)
+    w.settle()
+    lost = next(e for e in w.sandbox.events() if e["event_type"] == "payment_succeeded")
+    w.sandbox.webhooks.unrecord_request(lost["event_id"])
+    return lost
 
 
 def test_an_authorisation_expiring_on_day_7_is_recovered_by_the_sweep(
@@ -256,11 +268,7 @@ def test_an_undelivered_event_without_its_request_yet_waits_and_a_later_run_reco
     waiting, never a bad row, the run is ok (exit 0); the events watermark waits for it, so
     a run days later, once the request exists, recovers it with its original id."""
     with world(make_app, events_api=True) as w:
-        w.drop_next("payment_succeeded")
-        w.pay("pay_killed")
-        w.settle()
-        lost = next(e for e in w.sandbox.events() if e["event_type"] == "payment_succeeded")
-        w.sandbox.webhooks.unrecord_request(lost["event_id"])
+        lost = _lost_without_request(w, "pay_killed")
         events_only = ReconcileOptions(kinds=[], sweep_budget=0)
         for _ in range(2):
             report = w.run(events_only)
@@ -290,3 +298,52 @@ def test_an_undelivered_event_without_its_request_yet_waits_and_a_later_run_reco
         report = w.run(events_only)
         assert report.events is not None and report.events.listed == 0, report.as_dict()
         assert report.status == "ok"
+
+
+def test_a_transition_the_lists_recovered_is_not_counted_again_when_its_webhook_comes_back(
+    make_app: AppFactory,
+) -> None:
+    """The lists recover a lost ``payment_succeeded`` (synthesised) while the events API has
+    no request for it yet; days later the events API returns the original webhook. It is
+    stored under its own id (a re-send is then an exact duplicate), but the transition was
+    recovered already: ``already_known``, not ``recovered`` a second time, and the handlers
+    ran once. Summed over the runs, the reports recovered one transition."""
+    with world(make_app, events_api=True) as w:
+        lost = _lost_without_request(w, "pay_twice")
+        first = w.run(ReconcileOptions(sweep_budget=0))
+        assert first.events is not None and first.events.waiting == 1, first.as_dict()
+        assert first.kinds["payments"].recovered == Counter(payment_succeeded=1)
+        assert w.handled[("payment", "pay_twice", "succeeded")] == 1
+        w.sandbox.webhooks.record_request(lost["event_id"])
+        w.advance(2 * DAY)
+        later = w.run(ReconcileOptions(sweep_budget=0))
+        assert later.events is not None, later.as_dict()
+        assert (later.events.recovered, later.events.already_known) == (Counter(), 1)
+        assert later.recovered == 0 and later.status == "ok", later.as_dict()
+        shown = later.as_dict()
+        assert shown["events"]["already_known"] == 1
+        assert "already known 1" in render(shown)
+        row = w.store.operations.get(lost["event_id"])
+        assert row is not None and row.source == Source.RECOVERED
+        assert w.handled[("payment", "pay_twice", "succeeded")] == 1
+        assert first.recovered + later.recovered == 1
+
+
+def test_a_transition_waiting_in_the_inbox_is_known_to_the_events_api_path(
+    make_app: AppFactory,
+) -> None:
+    """The same while the lists' synthesised event still waits in the inbox (no worker ran
+    between the two runs): the original webhook is stored and counted ``already_known``;
+    once the worker runs, the transition has reached the handlers once."""
+    with world(make_app, events_api=True) as w:
+        lost = _lost_without_request(w, "pay_waiting")
+        first = w.run(ReconcileOptions(sweep_budget=0), drain=False)
+        assert first.kinds["payments"].recovered == Counter(payment_succeeded=1)
+        assert w.handled[("payment", "pay_waiting", "succeeded")] == 0
+        w.sandbox.webhooks.record_request(lost["event_id"])
+        later = w.run(ReconcileOptions(kinds=[], sweep_budget=0), drain=False)
+        assert later.events is not None, later.as_dict()
+        assert (later.events.recovered, later.events.already_known) == (Counter(), 1)
+        w.drain()
+        assert w.handled[("payment", "pay_waiting", "succeeded")] == 1
+        assert w.projected("payment", "pay_waiting") == "succeeded"
