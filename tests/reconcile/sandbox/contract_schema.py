@@ -92,7 +92,7 @@ class _Normalizer:
             return None
         self._busy.add(name)
         try:
-            result = self.node(self._raw[name])
+            result: JSON = self.node(self._raw[name])
         finally:
             self._busy.discard(name)
         self._done[name] = result
