@@ -33,22 +33,22 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Table, select
 
-from receiver.core.accounts import DEFAULT_ACCOUNT, object_key
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.errors import MalformedEvent, SignatureError
 from receiver.core.events import Event, parse_event, parse_timestamp
 from receiver.core.signature import SIGNATURE_HEADER, Secret, verify
 from receiver.core.transitions import read_event
-from receiver.storage.tables import EventStatus, InboxEvent, Source, Transition
+from receiver.storage.tables import InboxEvent, Source
 from receiver.store import Store
 from reconcile.client.paging import Pager
 from reconcile.core.diff import clean_text
 from reconcile.core.errors import ProcessorError, escape_id
 from reconcile.core.report import SAMPLE, EventsReport
+from reconcile.storage.store import ReconcileStore
 
 log = logging.getLogger("reconcile.undelivered")
 
 E: Table = InboxEvent.__table__  # type: ignore[attr-defined]
-T: Table = Transition.__table__  # type: ignore[attr-defined]
 
 #: Listed events looked up in the inbox together.
 BATCH: Final = 100
@@ -134,6 +134,8 @@ class UndeliveredEvents:
         self.api = api
         self.account = account
         self.inbox = inbox
+        #: The account's local states (what waits in the inbox), read as the lists read them.
+        self._local = ReconcileStore(inbox.engine, account=account)
         self.secrets = tuple(secrets)
         if not self.secrets:
             raise ValueError("verifying recovered webhooks needs the webhook secrets")
@@ -214,8 +216,8 @@ class UndeliveredEvents:
 
     def _known(self, event: Event) -> bool:
         """Whether hookledger already holds the transition ``event`` stands for: dispatched
-        (its row in the transition ledger) or waiting in the inbox (an open event of the
-        object reporting the same state)."""
+        (its owner in the transition ledger, as the guard reads it) or waiting in the inbox
+        (an open event of the object reporting the same state)."""
         ref = event.object_ref
         if ref is None:
             return False
@@ -223,27 +225,11 @@ class UndeliveredEvents:
         if state is None:
             return False
         with self.inbox.deferred.connect() as conn:
-            dispatched = conn.execute(
-                select(T.c.event_pk).where(
-                    T.c.account == self.account,
-                    T.c.object_kind == ref.kind,
-                    T.c.object_id == ref.object_id,
-                    T.c.state == state.key,
-                )
-            ).first()
-            if dispatched is not None:
+            key = (self.account, ref.kind, ref.object_id, state.key)
+            if self.inbox.storage.sql.transition_owners(conn, {key}):
                 return True
-            # The object index alone (an object has few events; see waiting_states).
-            rows = conn.execute(
-                select(E.c.status, E.c.event_type, E.c.object_status, E.c.object_stage).where(
-                    E.c.object_key == object_key(self.account, ref.kind, ref.object_id)
-                )
-            ).all()
-        return any(
-            read_event(ref.kind, event_type, status, stage).state == state
-            for event_status, event_type, status, stage in rows
-            if event_status in EventStatus.OPEN
-        )
+        waiting = self._local.waiting_states(ref.kind, [ref.object_id])
+        return state in waiting.get(ref.object_id, ())
 
     def _recover(
         self, events: list[tuple[str, datetime | None]], report: EventsReport, dry_run: bool
