@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import pytest
@@ -24,6 +24,7 @@ import receiver.storage.database as db
 from receiver.core.retry import RetryPolicy
 from receiver.extension import WebhookReceiver
 from receiver.store import Store
+from tests.support import unavailable
 
 SECRETS = {"primary": "whsec_primary_0123456789", "previous": "whsec_previous_9876543210"}
 SECRETS_SPEC = ",".join(f"{k}:{v}" for k, v in SECRETS.items())
@@ -36,10 +37,11 @@ def backend() -> str:
     return os.environ.get("HOOKLEDGER_TEST_DATABASE", "sqlite")
 
 
-def _pg_unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"PostgreSQL is required under CI=true: {reason}")
-    pytest.skip(f"PostgreSQL not reachable ({reason}); storage tests ran on SQLite only")
+def _pg_unavailable(reason: str) -> NoReturn:
+    unavailable(
+        fail=f"PostgreSQL is required under CI=true: {reason}",
+        skip=f"PostgreSQL not reachable ({reason}); storage tests ran on SQLite only",
+    )
 
 
 @contextmanager

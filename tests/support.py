@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
+import pytest
 from flask import Flask
 from sqlalchemy import Engine
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
@@ -40,3 +43,13 @@ def reconcile_ready(engine: Engine) -> None:
 
     db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
     Store(engine).operations.set_cutover("new_account", None)
+
+
+def unavailable(*, fail: str, skip: str, module_level: bool = False) -> NoReturn:
+    """What a test needs of the machine (PostgreSQL, Chromium, Prism, the shared OpenAPI
+    contract) is missing: skip with ``skip`` (``module_level``: at a module's import), except
+    under ``CI=true``, where it fails with ``fail``, so that CI never passes with tests
+    skipped for want of a service."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(fail, pytrace=False)
+    pytest.skip(skip, allow_module_level=module_level)

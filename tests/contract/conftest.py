@@ -9,7 +9,6 @@ is a failure.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -26,6 +25,7 @@ from tests.contract import API_KEY
 from tests.contract.patch_spec import require_spec, write_patched_spec
 from tests.contract.prism import PrismServer, find_prism, start_prism
 from tests.contract.recorder import ContractRecorder
+from tests.support import unavailable
 
 #: The paths the client and the example shop use: the mock serves only these (and the schemas
 #: they reach), which halves Prism's start and first answers. A call to any other path is
@@ -54,9 +54,10 @@ EVENTS_NOW = datetime(2022, 9, 20, 12, 0, tzinfo=UTC).timestamp()
 
 
 def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the contract tests need Prism under CI=true: {reason}", pytrace=False)
-    pytest.skip(f"contract tests skipped: {reason}")
+    unavailable(
+        fail=f"the contract tests need Prism under CI=true: {reason}",
+        skip=f"contract tests skipped: {reason}",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -104,15 +104,17 @@ def require_spec(tests: str) -> Path:
     """The unpatched spec, for ``tests`` that check against it. It is never copied into the
     repository: a checkout without ``../shared`` (and no ``$HOOKLEDGER_OPENAPI_SPEC``) skips
     them with the reason, and fails them under ``CI=true``. Usable at a module's import."""
-    import pytest
+    from tests.support import unavailable  # pytest: not when this runs as a script
 
     source = spec_path()
     if source.is_file():
         return source
     reason = f"the Hyperswitch spec is missing at {source} (${SPEC_ENV} names another path)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{tests} need it under CI=true: {reason}", pytrace=False)
-    pytest.skip(f"{tests} skipped: {reason}", allow_module_level=True)
+    unavailable(
+        fail=f"{tests} need it under CI=true: {reason}",
+        skip=f"{tests} skipped: {reason}",
+        module_level=True,
+    )
 
 
 def load_spec(path: Path | None = None) -> JSON:

@@ -23,7 +23,7 @@ from receiver.testing import WebhookTestClient
 from receiver.testing.factories import build_event
 from receiver.web.console import Console
 from tests.conftest import AppFactory
-from tests.support import serve
+from tests.support import serve, unavailable
 
 PASSWORD = "correct horse battery"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -39,9 +39,7 @@ def _chromium() -> str:
     except ImportError:
         reason = "Playwright is not installed (pip install -e '.[dev]')"
     if reason:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the browser tests are required under CI=true: {reason}")
-        pytest.skip(reason)
+        unavailable(fail=f"the browser tests are required under CI=true: {reason}", skip=reason)
     assert found
     return found
 
