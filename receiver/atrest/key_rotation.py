@@ -11,10 +11,12 @@ running it again goes on where it stopped.
 
 What is rotated: event and conflict bodies, headers and body hashes (``key_id``), error
 texts (``hookledger_event.last_error``, ``hookledger_handler_run.last_error``), the
-bodies operators kept of rejected deliveries, and the stored accounts' webhook secrets and
-API keys (``hookledger_account``). A redacted row has no body left to hash again:
-it keeps its hash under the key it had (the report counts them; keep that key configured
-until they are pruned if duplicates of them must still be told from conflicts).
+bodies operators kept of rejected deliveries, the order index (``hookledger_order_ref``: its
+digests keyed again, the references read again from their events' bodies) and the stored
+accounts' webhook secrets and API keys (``hookledger_account``). A redacted row has no
+body left to hash again: it keeps its hash under the key it had (the report counts them;
+keep that key configured until they are pruned if duplicates of them must still be told
+from conflicts).
 
 ``accounts`` limits the status and the run to those accounts' rows (empty: every account,
 and the rejected deliveries that named none); the ledger's error texts follow their events.
@@ -34,11 +36,13 @@ from typing import Any
 
 from sqlalchemy import Table, and_, bindparam, delete, func, or_, select, tuple_, update
 
+import receiver.storage.order_refs as order_refs
+from receiver.atrest.order_index import SOURCE_COLUMNS, Reindexed, reindex
 from receiver.core.errors import ConfigurationError, DataUnavailable
 from receiver.storage.account_table import ACCOUNT, SEALED_COLUMNS
 from receiver.storage.context import Storage
 from receiver.storage.sealed_columns import BODY, ERROR, HEADERS, REJECTED_BODY
-from receiver.storage.sql.tables import CONFLICT, EVENT, HANDLER_RUN
+from receiver.storage.sql.tables import CONFLICT, EVENT, HANDLER_RUN, ORDER_REF
 from receiver.storage.tables import DEFERRED_PREFIX, Rejection
 
 REJECTION: Table = Rejection.__table__  # type: ignore[attr-defined]
@@ -172,6 +176,9 @@ class KeyRotation:
                 HANDLER_RUN.c.last_error.not_like(f"{{enc1:{escaped}:%", escape="!"),
                 *handler_runs,
             ),
+            # The order index: digests keyed with another key (or none), re-read from their
+            # events' bodies (see :mod:`receiver.atrest.order_index`).
+            "order_refs": and_(_not_key(ORDER_REF, p), *of_accounts(ORDER_REF, accounts)),
             # The stored accounts' own rows (``hookledger accounts``): those of ``accounts``.
             "accounts": and_(
                 ACCOUNT.c.key_id != p,
@@ -189,6 +196,7 @@ class KeyRotation:
             "conflicts": CONFLICT,
             "rejections": REJECTION,
             "handler_errors": HANDLER_RUN,
+            "order_refs": ORDER_REF,
             "accounts": ACCOUNT,
         }
         out: dict[str, Any] = {
@@ -205,6 +213,14 @@ class KeyRotation:
                     .group_by(table.c.key_id)
                 ).all()
                 by_key[name] = {str(k) if k is not None else "null": int(n) for k, n in rows}
+            by_key["order_refs"] = {
+                str(k) if k is not None else "null": int(n)
+                for k, n in conn.execute(
+                    select(ORDER_REF.c.key_id, func.count())
+                    .where(*of_accounts(ORDER_REF, accounts))
+                    .group_by(ORDER_REF.c.key_id)
+                )
+            }
             out["by_key"] = by_key
             out["remaining"] = {
                 name: int(
@@ -253,6 +269,7 @@ class KeyRotation:
             ("conflicts", self._conflicts_pass),
             ("rejections", self._rejections_pass),
             ("handler_errors", self._handler_errors_pass),
+            ("order_refs", self._order_refs_pass),
             ("accounts", self._accounts_pass),
         ]
         for name, one_pass in steps:
@@ -550,6 +567,49 @@ class KeyRotation:
             progress,
             columns=(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler, HANDLER_RUN.c.last_error),
             order=(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler),
+            cursor=(-1, ""),
+        )
+
+    def _order_refs_pass(
+        self,
+        where: Any,
+        report: RotationReport,
+        stop: threading.Event | None,
+        progress: Callable[[int], None] | None,
+    ) -> int:
+        """The order index rows not keyed with the primary: each one's event is read again
+        (its references from its body) and its rows replaced, keyed with the primary."""
+        done: set[int] = set()
+
+        def rotate(conn: Any, row: Any) -> dict[str, Any] | None:
+            pk = int(row.event_pk)
+            if pk in done:
+                return None
+            done.add(pk)
+            events = conn.execute(select(*SOURCE_COLUMNS).where(EVENT.c.id == pk)).all()
+            if not events:  # the event is gone: its rows are of nothing
+                order_refs.delete_of(conn, self.storage.sql, [pk])
+                return {}
+            result = Reindexed()
+            reindex(self.storage, conn, events, result)
+            for key_id, n in result.unreadable.items():
+                report.unreadable[key_id] += n
+            for line in result.unreadable_sample:
+                if len(report.unreadable_sample) < _SAMPLES:
+                    report.unreadable_sample.append(line)
+            return {} if not result.unreadable else None
+
+        return self._batches(
+            ORDER_REF,
+            where,
+            rotate,
+            None,
+            "order_refs",
+            report,
+            stop,
+            progress,
+            columns=(ORDER_REF.c.event_pk, ORDER_REF.c.path, ORDER_REF.c.key_id),
+            order=(ORDER_REF.c.event_pk, ORDER_REF.c.path),
             cursor=(-1, ""),
         )
 
