@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Table, and_, func, or_, select
 
+import receiver.storage.order_refs as order_refs
 from receiver.core.clock import as_utc
 from receiver.core.errors import BodyRedacted, DataUnavailable
 from receiver.core.keyring import Keyring
@@ -59,6 +60,9 @@ class EventQuery:
     offset: int = 0
     #: Only events of these processor accounts (all when empty).
     accounts: Sequence[str] = ()
+    #: Only events indexed under this order reference of the shop's (``HOOKLEDGER_ORDER_FIELDS``:
+    #: an exact value, see :mod:`receiver.storage.order_refs`).
+    order: str | None = None
 
     def validate(self) -> EventQuery:
         """Raise ``ValueError`` for an unknown status or source, or bad paging."""
@@ -259,12 +263,12 @@ def list_events(engine: Engine, q: EventQuery, *, keyring: Keyring | None = None
     """Events matching ``q``, newest first (by inbox id), one page; error texts opened with
     ``keyring`` (the store's data keys)."""
     q.validate()
+    clauses = _clauses(q)
+    if q.order is not None:
+        matching = order_refs.matching_events(keyring or _CLEAR, q.order, q.accounts)
+        clauses.append(E.c.id.in_(matching))
     stmt = (
-        select(*_LISTED)
-        .where(*_clauses(q))
-        .order_by(E.c.id.desc())
-        .offset(q.offset)
-        .limit(q.limit + 1)
+        select(*_LISTED).where(*clauses).order_by(E.c.id.desc()).offset(q.offset).limit(q.limit + 1)
     )
     with deferred_begin(engine).connect() as conn:
         rows = [_event_row(r, keyring or _CLEAR) for r in conn.execute(stmt)]

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, select
 
 from receiver.core.keyring import Keyring
-from receiver.core.order_refs import OrderFields
+from receiver.core.order_refs import OrderFields, normalise
 from receiver.storage.sql.base import Statements
 from receiver.storage.sql.tables import DIGESTS, EVENT, ORDER_REF, PATHS
 
@@ -72,6 +72,18 @@ def write_for(
     write(conn, sql, [row for values, pk in stored for row in rows_of(values, pk)])
 
 
+def matching_events(keyring: Keyring, reference: str, accounts: Sequence[str] = ()) -> Any:
+    """The ids of the inbox rows indexed under ``reference`` (as the shop wrote it, see
+    :func:`receiver.core.order_refs.normalise`), as a subquery: its digest under each
+    configured data key and the plain one, looked up in the (digest, account) index."""
+    value = normalise(reference) or ""
+    digests = sorted(set(keyring.reference_digests(value).values()))
+    where = [ORDER_REF.c.digest.in_(digests)]
+    if accounts:
+        where.append(ORDER_REF.c.account.in_(list(accounts)))
+    return select(ORDER_REF.c.event_pk).where(*where)
+
+
 def delete_of(conn: Connection, sql: Statements, event_pks: Sequence[int]) -> None:
     """Delete the order index rows of ``event_pks``."""
     if event_pks:
@@ -110,6 +122,7 @@ __all__ = [
     "delete_of",
     "delete_orphans",
     "delete_redacted",
+    "matching_events",
     "rows_of",
     "write",
     "write_for",
