@@ -577,41 +577,51 @@ class KeyRotation:
         stop: threading.Event | None,
         progress: Callable[[int], None] | None,
     ) -> int:
-        """The order index rows not keyed with the primary: each one's event is read again
-        (its references from its body) and its rows replaced, keyed with the primary."""
-        done: set[int] = set()
-
-        def rotate(conn: Any, row: Any) -> dict[str, Any] | None:
-            pk = int(row.event_pk)
-            if pk in done:
-                return None
-            done.add(pk)
-            events = conn.execute(select(*SOURCE_COLUMNS).where(EVENT.c.id == pk)).all()
-            if not events:  # the event is gone: its rows are of nothing
-                order_refs.delete_of(conn, self.storage.sql, [pk])
-                return {}
-            result = Reindexed()
-            reindex(self.storage, conn, events, result)
+        """The order index rows not keyed with the primary, a batch of events at a time: each
+        event is read again (its references from its body) and its rows replaced, keyed with
+        the primary, in the transaction that read it (one read, one delete and one insert a
+        batch). A row whose event cannot be opened is reported and left."""
+        storage, sql = self.storage, self.storage.sql
+        rotated, after = 0, -1
+        while stop is None or not stop.is_set():
+            began = time.monotonic()
+            with storage.engine.begin() as conn:
+                pks = [
+                    int(r[0])
+                    for r in conn.execute(
+                        select(ORDER_REF.c.event_pk)
+                        .where(ORDER_REF.c.event_pk > after, where)
+                        .group_by(ORDER_REF.c.event_pk)
+                        .order_by(ORDER_REF.c.event_pk)
+                        .limit(self.batch_size)
+                    )
+                ]
+                if not pks:
+                    return rotated
+                events = conn.execute(
+                    sql.skip_locked(select(*SOURCE_COLUMNS).where(sql.among(EVENT.c.id, pks)))
+                ).all()
+                gone = sorted(set(pks) - {int(e.id) for e in events})
+                result = Reindexed()
+                reindex(storage, conn, events, result)
+                # An event pruned meanwhile leaves rows of nothing; a locked one is left for
+                # the next pass.
+                order_refs.delete_orphans(conn, sql, gone)
+            after = pks[-1]
             for key_id, n in result.unreadable.items():
                 report.unreadable[key_id] += n
             for line in result.unreadable_sample:
                 if len(report.unreadable_sample) < _SAMPLES:
                     report.unreadable_sample.append(line)
-            return {} if not result.unreadable else None
-
-        return self._batches(
-            ORDER_REF,
-            where,
-            rotate,
-            None,
-            "order_refs",
-            report,
-            stop,
-            progress,
-            columns=(ORDER_REF.c.event_pk, ORDER_REF.c.path, ORDER_REF.c.key_id),
-            order=(ORDER_REF.c.event_pk, ORDER_REF.c.path),
-            cursor=(-1, ""),
-        )
+            rotated += result.events
+            report.rotated["order_refs"] += result.events
+            if progress is not None and result.events:
+                progress(result.events)
+            if storage.single_writer:
+                held = time.monotonic() - began
+                time.sleep(0.11 if held >= 0.05 else max(0.002, held))
+        report.stopped = True
+        return rotated
 
     def _accounts_pass(
         self,

@@ -197,6 +197,10 @@ class Page:
     has_more: bool
 
 
+#: At most this many events of one order reference are listed (an order has a few).
+ORDER_MATCHES = 10_000
+
+
 def _iso(value: datetime | None) -> str | None:
     return as_utc(value).isoformat() if value is not None else None
 
@@ -264,13 +268,20 @@ def list_events(engine: Engine, q: EventQuery, *, keyring: Keyring | None = None
     ``keyring`` (the store's data keys)."""
     q.validate()
     clauses = _clauses(q)
-    if q.order is not None:
-        matching = order_refs.matching_events(keyring or _CLEAR, q.order, q.accounts)
-        clauses.append(E.c.id.in_(matching))
-    stmt = (
-        select(*_LISTED).where(*clauses).order_by(E.c.id.desc()).offset(q.offset).limit(q.limit + 1)
-    )
     with deferred_begin(engine).connect() as conn:
+        if q.order is not None:
+            # The order's events first (the index's digest lookup, a few rows), then the
+            # listing by their ids: never a walk of the inbox testing each row.
+            matching = order_refs.matching_events(keyring or _CLEAR, q.order, q.accounts)
+            pks = [int(r[0]) for r in conn.execute(matching.limit(ORDER_MATCHES))]
+            clauses.append(E.c.id.in_(pks))
+        stmt = (
+            select(*_LISTED)
+            .where(*clauses)
+            .order_by(E.c.id.desc())
+            .offset(q.offset)
+            .limit(q.limit + 1)
+        )
         rows = [_event_row(r, keyring or _CLEAR) for r in conn.execute(stmt)]
     return Page(rows=rows[: q.limit], offset=q.offset, limit=q.limit, has_more=len(rows) > q.limit)
 
