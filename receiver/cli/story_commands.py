@@ -121,6 +121,15 @@ def story_dict(story: stories.ObjectStory) -> dict[str, Any]:
             "source": w.source,
             "event_pk": w.event_pk,
         },
+        "last_recovered": None
+        if story.last_recovered is None
+        else {
+            "status": story.last_recovered.object_status,
+            "stage": story.last_recovered.object_stage,
+            "at": _iso(story.last_recovered.received_at),
+            "source": story.last_recovered.source,
+            "event_pk": story.last_recovered.id,
+        },
         "projection": None
         if p is None
         else {
@@ -213,6 +222,12 @@ def story_lines(story: stories.ObjectStory) -> list[str]:
         out.append(f"  processor said  {_state(w.status, w.stage)} ({by}, {_when(w.at)} UTC)")
     else:
         out.append("  processor said  nothing stored")
+    lr = story.last_recovered
+    if lr is not None:
+        out.append(
+            f"  last recovered  {_state(lr.object_status, lr.object_stage)} (#{lr.id}, "
+            f"{lr.source}, {_when(lr.received_at)} UTC)"
+        )
     p = story.projection
     if p is not None:
         by = f"#{p.event_pk}" if p.event_pk else "adoption"

@@ -339,7 +339,7 @@ class Keyring:
         derived = self._derived.get(key_id)
         if derived is None:
             raise DataKeyMissing(key_id)
-        return hmac.new(derived.reference_key, data, hashlib.sha256).hexdigest()
+        return hmac.digest(derived.reference_key, data, "sha256").hex()
 
     def reference_digests(self, reference: str) -> dict[str | None, str]:
         """The digests ``reference`` may be indexed under: one per configured key, and the

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from receiver.core.errors import ConfigurationError
@@ -49,6 +49,10 @@ class OrderFields:
     """The configured reference fields, in order (empty: nothing is indexed)."""
 
     paths: tuple[str, ...] = DEFAULT_ORDER_FIELDS
+    #: Each path split at its dots (read on the receive path: split once, here).
+    _names: tuple[tuple[str, tuple[str, ...]], ...] = field(
+        init=False, repr=False, compare=False, default=()
+    )
 
     def __post_init__(self) -> None:
         if len(self.paths) > MAX_FIELDS:
@@ -65,6 +69,8 @@ class OrderFields:
                 )
         if len(set(self.paths)) != len(self.paths):
             raise ConfigurationError("HOOKLEDGER_ORDER_FIELDS: a field is named twice")
+        names = tuple((path, tuple(path.split("."))) for path in self.paths)
+        object.__setattr__(self, "_names", names)
 
     @classmethod
     def parse(cls, spec: str | Iterable[str] | OrderFields | None) -> OrderFields:
@@ -95,20 +101,22 @@ class OrderFields:
     def references(self, body: Mapping[str, Any]) -> list[tuple[str, str]]:
         """``(field, value)`` for each configured field the event ``body``'s
         ``content.object`` holds a reference in (see :func:`normalise`), in field order."""
-        if not self.paths:
-            return []
-        content = body.get("content")
-        obj = content.get("object") if isinstance(content, dict) else None
-        if not isinstance(obj, dict):
-            return []
         found: list[tuple[str, str]] = []
-        for path in self.paths:
+        if not self._names:
+            return found
+        content = body.get("content")
+        obj = content.get("object") if type(content) is dict else None
+        if type(obj) is not dict:
+            return found
+        for path, names in self._names:
             value: Any = obj
-            for name in path.split("."):
-                if not isinstance(value, dict):
+            for name in names:
+                if type(value) is not dict:
                     value = None
                     break
                 value = value.get(name)
+            if value is None:
+                continue
             reference = normalise(value)
             if reference is not None:
                 found.append((path, reference))

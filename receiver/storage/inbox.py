@@ -453,7 +453,7 @@ class Inbox:
         assert isinstance(sql, SQLiteStatements)
         pk = sql.insert_delivery_on_driver(conn, values)
         if pk is not None:
-            sql.insert_references_on_driver(conn, order_refs.rows_of(values, pk))
+            sql.insert_references_on_driver(conn, values, pk)
             return Inserted(result="inserted", pk=pk)
         stored = sql.stored_on_driver(conn, values["account"], values["event_id"])
         if stored is None:  # ignored, yet not there: cannot be, under the write lock

@@ -231,6 +231,13 @@ class ObjectStory:
         """``kind:id``."""
         return f"{self.kind}:{self.object_id}"
 
+    @property
+    def last_recovered(self) -> EventRow | None:
+        """The newest event the reconciler stored for the object (``reconcile``,
+        ``recovered``, ``backfill``): the state it found at the processor, and when."""
+        found = [d.row for d in self.deliveries if d.row.source in RECONCILER_SOURCES]
+        return max(found, key=lambda r: (r.received_at, r.id)) if found else None
+
 
 #: The accounts of the inbox and of the projections, one index probe per account
 #: (``min(account) > previous``), then, per account, whether the object has an event (the

@@ -37,8 +37,11 @@ def add_references(
 ) -> dict[str, Any]:
     """``values`` (an inbox row, sealed: its ``key_id`` set) with the references of the event
     ``body`` (its parsed JSON), digested under the row's key."""
-    found = fields.references(body) if fields.paths else []
-    key_id = values.get("key_id")
+    found = fields.references(body)
+    if not found:
+        values[PATHS] = values[DIGESTS] = ()
+        return values
+    key_id = values["key_id"]
     values[PATHS] = [path for path, _ in found]
     values[DIGESTS] = [keyring.reference_digest(value, key_id) for _, value in found]
     return values

@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
+from receiver.core.order_refs import MAX_FIELDS
 from receiver.storage.sql.base import DeliveriesWritten, Fetchall, Outcomes, Statements, Stored
 from receiver.storage.sql.tables import (
     DIGESTS,
@@ -85,17 +86,23 @@ INSERT_DELIVERY = (
     "WHERE account = %(account)s AND event_id = %(event_id)s AND NOT EXISTS (SELECT 1 FROM ins)"
 )
 
-#: One delivery with order references: the same statement, which also writes its order index
-#: rows when the row is inserted (a data-modifying WITH, still one statement and one round
-#: trip; see :mod:`receiver.storage.order_refs`).
-INSERT_DELIVERY_REFERENCES = INSERT_DELIVERY.replace(
-    "RETURNING id) ",
-    "RETURNING id), refs AS (INSERT INTO hookledger_order_ref (event_pk, path, account, digest,"
-    " key_id) SELECT ins.id, r.path, %(account)s, r.digest, %(key_id)s FROM ins CROSS JOIN"
-    " unnest(CAST(%(ref_paths)s AS varchar[]), CAST(%(ref_digests)s AS varchar[]))"
-    " AS r(path, digest)) ",
-    1,
-)
+
+#: One delivery with ``n`` order references: the same statement, which also writes its order
+#: index rows when the row is inserted (a data-modifying WITH: still one statement, one round
+#: trip; see :mod:`receiver.storage.order_refs`). The references are scalar parameters
+#: (``rp0``, ``rd0``...): arrays cost the driver more than the rows they carry.
+def insert_delivery_references(n: int) -> str:
+    rows = ", ".join(f"(%(rp{i})s, %(rd{i})s)" for i in range(n))
+    return INSERT_DELIVERY.replace(
+        "RETURNING id) ",
+        "RETURNING id), refs AS (INSERT INTO hookledger_order_ref (event_pk, path, account,"
+        " digest, key_id) SELECT ins.id, r.path, %(account)s, r.digest, %(key_id)s FROM ins"
+        f" CROSS JOIN (VALUES {rows}) AS r(path, digest)) ",
+        1,
+    )
+
+
+INSERT_DELIVERY_REFERENCES = {n: insert_delivery_references(n) for n in range(1, MAX_FIELDS + 1)}
 
 #: A probe of the object index per key (``LATERAL ... LIMIT 1``): the planner would
 #: otherwise filter, or hash, every open event, a cost that grows with the backlog. The
@@ -314,7 +321,13 @@ class PostgreSQLStatements(Statements):
         params: dict[str, Any]
         if len(rows) == 1:  # the row itself: psycopg reads the named parameters it needs
             params = rows[0]
-            sql = INSERT_DELIVERY_REFERENCES if params.get(PATHS) else INSERT_DELIVERY
+            sql = INSERT_DELIVERY
+            paths = params[PATHS]
+            if paths:
+                sql = INSERT_DELIVERY_REFERENCES[len(paths)]
+                params = dict(params)
+                for i, (path, digest) in enumerate(zip(paths, params[DIGESTS], strict=True)):
+                    params[f"rp{i}"], params[f"rd{i}"] = path, digest
         else:
             sql = INSERT_DELIVERIES
             params = {column: [row[column] for row in rows] for column in EVENT_COLUMNS}

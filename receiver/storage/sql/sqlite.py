@@ -28,11 +28,13 @@ from sqlalchemy.dialects import sqlite
 
 from receiver.storage.sql.base import Outcomes, Statements, Stored
 from receiver.storage.sql.tables import (
+    DIGESTS,
     EVENT,
     EVENT_COLUMNS,
     HANDLER_RUN,
     LEASE,
     OUTCOME_COLUMNS,
+    PATHS,
     PROJECTION,
     TRANSITION,
 )
@@ -229,14 +231,16 @@ class SQLiteStatements(Statements):
         )
         return int(cursor.lastrowid) if cursor.rowcount == 1 else None
 
-    def insert_references_on_driver(self, conn: Any, rows: Sequence[dict[str, Any]]) -> None:
-        """The order index rows of a delivery just inserted on a sqlite3 connection (in the
-        caller's transaction; see :mod:`receiver.storage.order_refs`)."""
-        if rows:
-            conn.executemany(
-                INSERT_REFERENCES_SQL,
-                [(r["event_pk"], r["path"], r["account"], r["digest"], r["key_id"]) for r in rows],
-            )
+    def insert_references_on_driver(self, conn: Any, values: dict[str, Any], pk: int) -> None:
+        """The order index rows of a delivery (its inbox row ``values``) just inserted as
+        ``pk`` on a sqlite3 connection (in the caller's transaction; see
+        :mod:`receiver.storage.order_refs`)."""
+        paths = values[PATHS]
+        if not paths:
+            return
+        account, key_id = values["account"], values["key_id"]
+        for path, digest in zip(paths, values[DIGESTS], strict=True):
+            conn.execute(INSERT_REFERENCES_SQL, (pk, path, account, digest, key_id))
 
     def stored_on_driver(self, conn: Any, account: str, event_id: str) -> Stored | None:
         """The stored row of ``account``'s ``event_id``, read on a sqlite3 connection."""

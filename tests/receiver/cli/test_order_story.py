@@ -95,6 +95,9 @@ def test_find_an_order_whose_webhook_is_dead_lettered_and_read_its_story(
     app = _app(make_app)
     assert _post(app, _event("payment_failed", "evt_f", "pay_1", "1234")) == "inserted"
     assert _post(app, _event("payment_succeeded", "evt_other", "pay_2", "9999")) == "inserted"
+    # Still in the queue (no worker ran): found all the same.
+    queued = json.loads(_cli(app, "events", "--order", "1234", "--json").stdout)["listed"]
+    assert [(r["event_id"], r["status"]) for r in queued] == [("evt_f", "pending")]
     WebhookReceiver.state(app).worker(name="t").drain()
     found = _cli(app, "events", "--order", " 1234 ")
     assert found.exit_code == 0, found.output
@@ -188,6 +191,8 @@ def test_the_whole_story_every_delivery_transition_source_and_run(make_app: AppF
     why = data["reconcile_runs"][0]["why"]
     assert "stored #" in why and "its report names the object" in why
     assert data["sweep"]["checks"] == 3
+    assert data["last_recovered"]["source"] == "reconcile"
+    assert data["last_recovered"]["status"] == "succeeded"
     assert data["last_word"]["source"] == "sweep" and data["last_word"]["status"] == "succeeded"
     text = _cli(app, "object", "payment:pay_s").stdout
     assert "stored by reconcile run #" in text and "sweep           follows it" in text
@@ -302,3 +307,58 @@ def test_the_reconcilers_table_clauses_match_its_models() -> None:
             assert column.name in table.columns, column.name
             theirs = table.columns[column.name].type
             assert column.type._type_affinity is theirs._type_affinity, column.name
+
+
+def test_an_adopted_object_whose_events_are_pruned_still_has_a_story(
+    make_app: AppFactory,
+) -> None:
+    """Adoption records a projection and a transition without an event; pruning deletes
+    events but keeps their transitions: the story says which."""
+    from receiver.config.data_at_rest import RetentionPolicy
+    from receiver.storage.sql.tables import PROJECTION, TRANSITION
+
+    app = _app(make_app)
+    store = _store(app)
+    now = store.now()
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.insert(PROJECTION),
+            {
+                "account": "default",
+                "object_kind": "payment",
+                "object_id": "pay_old",
+                "status": "succeeded",
+                "stage": None,
+                "event_time": now,
+                "object_created_at": now,
+                "event_pk": 0,
+                "updated_at": now,
+            },
+        )
+        conn.execute(
+            sa.insert(TRANSITION),
+            {
+                "account": "default",
+                "object_kind": "payment",
+                "object_id": "pay_old",
+                "state": "succeeded",
+                "event_pk": 0,
+                "created_at": now,
+            },
+        )
+    adopted = json.loads(_cli(app, "object", "payment:pay_old", "--json").stdout)
+    assert adopted["deliveries"] == [] and adopted["projection"]["event_pk"] == 0
+    assert [(t["state"], t["source"]) for t in adopted["transitions"]] == [
+        ("succeeded", "adoption")
+    ]
+    assert "by adoption (nothing dispatched)" in _cli(app, "object", "payment:pay_old").stdout
+    assert _post(app, _event("payment_succeeded", "evt_gone", "pay_gone", "o-9")) == "inserted"
+    WebhookReceiver.state(app).worker(name="t").drain()
+    later = now + timedelta(days=200)
+    store.clock = lambda: later
+    store.retention.prune(RetentionPolicy(done=90, redact=None))
+    gone = json.loads(_cli(app, "object", "payment:pay_gone", "--json").stdout)
+    assert gone["deliveries"] == []
+    assert [(t["state"], t["source"]) for t in gone["transitions"]] == [("succeeded", "pruned")]
+    # Its order is no longer found (the index rows went with the event).
+    assert json.loads(_cli(app, "events", "--order", "o-9", "--json").stdout)["listed"] == []
