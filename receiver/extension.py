@@ -100,6 +100,7 @@ class WebhookReceiver:
             headers=settings.stored_headers,
             keyring=settings.data.keyring,
             rejections=settings.data.rejections,
+            order_fields=settings.data.order_fields,
             retry=RetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_seconds=settings.backoff_base,

@@ -37,6 +37,7 @@ from receiver.core.headers import (
     stored_headers,
 )
 from receiver.core.keyring import Keyring
+from receiver.core.order_refs import OrderFields
 from receiver.core.retry import RetryPolicy
 from receiver.storage.account_table import AccountTable
 from receiver.storage.context import Storage
@@ -61,14 +62,17 @@ class Store:
         headers: Iterable[str] = (),
         keyring: Keyring | None = None,
         rejections: RejectionPolicy | None = None,
+        order_fields: OrderFields | None = None,
     ) -> None:
         """``write_wait``: on SQLite, how long a delivery waits for this process's other
         threads' inserts before it gives up with :class:`StorageUnavailable` (use the busy
         timeout). ``headers``: request header names stored with each delivery besides
         :data:`receiver.core.headers.DEFAULT_STORED_HEADERS` (every other header is dropped).
         ``keyring``: the data keys payloads are sealed with (none: stored in the clear).
-        ``rejections``: how rejected deliveries are recorded."""
-        self.storage = Storage(engine, clock=clock, keyring=keyring)
+        ``rejections``: how rejected deliveries are recorded. ``order_fields``: the shop's
+        order reference fields each stored event is indexed by (default
+        :data:`receiver.core.order_refs.DEFAULT_ORDER_FIELDS`)."""
+        self.storage = Storage(engine, clock=clock, keyring=keyring, order_fields=order_fields)
         self._write_wait = write_wait
         self.retry = retry or RetryPolicy()
         self.inbox = Inbox(self.storage, write_wait=write_wait, headers=stored_headers(headers))

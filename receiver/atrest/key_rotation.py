@@ -11,10 +11,12 @@ running it again goes on where it stopped.
 
 What is rotated: event and conflict bodies, headers and body hashes (``key_id``), error
 texts (``hookledger_event.last_error``, ``hookledger_handler_run.last_error``), the
-bodies operators kept of rejected deliveries, and the stored accounts' webhook secrets and
-API keys (``hookledger_account``). A redacted row has no body left to hash again:
-it keeps its hash under the key it had (the report counts them; keep that key configured
-until they are pruned if duplicates of them must still be told from conflicts).
+bodies operators kept of rejected deliveries, the order index (``hookledger_order_ref``: its
+digests keyed again, the references read again from their events' bodies) and the stored
+accounts' webhook secrets and API keys (``hookledger_account``). A redacted row has no
+body left to hash again: it keeps its hash under the key it had (the report counts them;
+keep that key configured until they are pruned if duplicates of them must still be told
+from conflicts).
 
 ``accounts`` limits the status and the run to those accounts' rows (empty: every account,
 and the rejected deliveries that named none); the ledger's error texts follow their events.
@@ -34,11 +36,13 @@ from typing import Any
 
 from sqlalchemy import Table, and_, bindparam, delete, func, or_, select, tuple_, update
 
+import receiver.storage.order_refs as order_refs
+from receiver.atrest.order_index import SOURCE_COLUMNS, Reindexed, reindex
 from receiver.core.errors import ConfigurationError, DataUnavailable
 from receiver.storage.account_table import ACCOUNT, SEALED_COLUMNS
 from receiver.storage.context import Storage
 from receiver.storage.sealed_columns import BODY, ERROR, HEADERS, REJECTED_BODY
-from receiver.storage.sql.tables import CONFLICT, EVENT, HANDLER_RUN
+from receiver.storage.sql.tables import CONFLICT, EVENT, HANDLER_RUN, ORDER_REF
 from receiver.storage.tables import DEFERRED_PREFIX, Rejection
 
 REJECTION: Table = Rejection.__table__  # type: ignore[attr-defined]
@@ -172,6 +176,9 @@ class KeyRotation:
                 HANDLER_RUN.c.last_error.not_like(f"{{enc1:{escaped}:%", escape="!"),
                 *handler_runs,
             ),
+            # The order index: digests keyed with another key (or none), re-read from their
+            # events' bodies (see :mod:`receiver.atrest.order_index`).
+            "order_refs": and_(_not_key(ORDER_REF, p), *of_accounts(ORDER_REF, accounts)),
             # The stored accounts' own rows (``hookledger accounts``): those of ``accounts``.
             "accounts": and_(
                 ACCOUNT.c.key_id != p,
@@ -189,6 +196,7 @@ class KeyRotation:
             "conflicts": CONFLICT,
             "rejections": REJECTION,
             "handler_errors": HANDLER_RUN,
+            "order_refs": ORDER_REF,
             "accounts": ACCOUNT,
         }
         out: dict[str, Any] = {
@@ -205,6 +213,14 @@ class KeyRotation:
                     .group_by(table.c.key_id)
                 ).all()
                 by_key[name] = {str(k) if k is not None else "null": int(n) for k, n in rows}
+            by_key["order_refs"] = {
+                str(k) if k is not None else "null": int(n)
+                for k, n in conn.execute(
+                    select(ORDER_REF.c.key_id, func.count())
+                    .where(*of_accounts(ORDER_REF, accounts))
+                    .group_by(ORDER_REF.c.key_id)
+                )
+            }
             out["by_key"] = by_key
             out["remaining"] = {
                 name: int(
@@ -253,6 +269,7 @@ class KeyRotation:
             ("conflicts", self._conflicts_pass),
             ("rejections", self._rejections_pass),
             ("handler_errors", self._handler_errors_pass),
+            ("order_refs", self._order_refs_pass),
             ("accounts", self._accounts_pass),
         ]
         for name, one_pass in steps:
@@ -552,6 +569,59 @@ class KeyRotation:
             order=(HANDLER_RUN.c.event_pk, HANDLER_RUN.c.handler),
             cursor=(-1, ""),
         )
+
+    def _order_refs_pass(
+        self,
+        where: Any,
+        report: RotationReport,
+        stop: threading.Event | None,
+        progress: Callable[[int], None] | None,
+    ) -> int:
+        """The order index rows not keyed with the primary, a batch of events at a time: each
+        event is read again (its references from its body) and its rows replaced, keyed with
+        the primary, in the transaction that read it (one read, one delete and one insert a
+        batch). A row whose event cannot be opened is reported and left."""
+        storage, sql = self.storage, self.storage.sql
+        rotated, after = 0, -1
+        while stop is None or not stop.is_set():
+            began = time.monotonic()
+            with storage.engine.begin() as conn:
+                pks = [
+                    int(r[0])
+                    for r in conn.execute(
+                        select(ORDER_REF.c.event_pk)
+                        .where(ORDER_REF.c.event_pk > after, where)
+                        .group_by(ORDER_REF.c.event_pk)
+                        .order_by(ORDER_REF.c.event_pk)
+                        .limit(self.batch_size)
+                    )
+                ]
+                if not pks:
+                    return rotated
+                events = conn.execute(
+                    sql.skip_locked(select(*SOURCE_COLUMNS).where(sql.among(EVENT.c.id, pks)))
+                ).all()
+                gone = sorted(set(pks) - {int(e.id) for e in events})
+                result = Reindexed()
+                reindex(storage, conn, events, result)
+                # An event pruned meanwhile leaves rows of nothing; a locked one is left for
+                # the next pass.
+                order_refs.delete_orphans(conn, sql, gone)
+            after = pks[-1]
+            for key_id, n in result.unreadable.items():
+                report.unreadable[key_id] += n
+            for line in result.unreadable_sample:
+                if len(report.unreadable_sample) < _SAMPLES:
+                    report.unreadable_sample.append(line)
+            rotated += result.events
+            report.rotated["order_refs"] += result.events
+            if progress is not None and result.events:
+                progress(result.events)
+            if storage.single_writer:
+                held = time.monotonic() - began
+                time.sleep(0.11 if held >= 0.05 else max(0.002, held))
+        report.stopped = True
+        return rotated
 
     def _accounts_pass(
         self,

@@ -2,7 +2,8 @@
 
 ``redact`` drops the body, headers and error texts of finished events (done, stale,
 duplicate) and of conflict records older than the policy's ``redact`` age, and the bodies
-operators kept of rejected deliveries. The rows stay, with their keyed body hash, their
+operators kept of rejected deliveries; a redacted event's order index rows go with its body
+(the references were read from it). The rows stay, with their keyed body hash, their
 ledger, and the transitions and projections they moved: a processor retry of a redacted
 event is still a duplicate (``event_id`` and the hash), a stale one is still stale (the
 projection), a transition is still dispatched once (the transition table). A redacted event
@@ -33,6 +34,7 @@ from typing import Any
 
 from sqlalchemy import Table, and_, bindparam, delete, func, select, update
 
+import receiver.storage.order_refs as order_refs
 from receiver.atrest.key_rotation import conflict_recorded, of_accounts
 from receiver.config.data_at_rest import RetentionPolicy
 from receiver.core.errors import DataUnavailable
@@ -170,6 +172,8 @@ class Retention:
                 )
                 .values(last_error=None)
             )
+            # The order references were read from the payload: they go with it.
+            order_refs.delete_redacted(conn, self.storage.sql, ids)
             return int(done)
 
         def redact_conflicts(conn: Any, ids: list[int]) -> int:
@@ -302,11 +306,14 @@ class Retention:
                             self.storage.sql.among(HANDLER_RUN.c.event_pk, ids)
                         )
                     )
-                return int(
+                deleted = int(
                     conn.execute(
                         delete(table).where(self.storage.sql.among(table.c.id, ids), old)
                     ).rowcount
                 )
+                if table is EVENT:
+                    order_refs.delete_orphans(conn, self.storage.sql, ids)
+                return deleted
 
             counts[name] = self._batches(table, old, remove)
         return counts

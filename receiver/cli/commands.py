@@ -35,6 +35,7 @@ from receiver.cli.common import (
 from receiver.cli.context import app_state, checked_engine, fail
 from receiver.cli.data_commands import register as register_data_commands
 from receiver.cli.event_commands import register as register_event_commands
+from receiver.cli.story_commands import register as register_story_commands
 from receiver.config.settings import DOCUMENTED, PREFIX
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.errors import HookledgerError
@@ -282,10 +283,12 @@ def status_cmd(
 
 # events, show, conflicts, requeue, replay (receiver/cli/event_commands.py); keys,
 # rotate-keys, redact, prune, retention, rejections (receiver/cli/data_commands.py);
-# accounts (receiver/cli/account_commands.py)
+# accounts (receiver/cli/account_commands.py); object, order-index
+# (receiver/cli/story_commands.py)
 register_event_commands(hookledger_group)
 register_data_commands(hookledger_group)
 register_account_commands(hookledger_group)
+register_story_commands(hookledger_group)
 add_log_options(hookledger_group)
 
 

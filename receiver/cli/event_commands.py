@@ -12,6 +12,7 @@ from typing import Any
 import click
 from flask.cli import with_appcontext
 
+import receiver.cli.story_commands as story_commands
 import receiver.storage.operator_reads as queries
 from receiver.cli.common import (
     EXIT_PROBLEM,
@@ -178,6 +179,13 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     show_default=True,
     help="Skip this many of the newest events first (paging).",
 )
+@click.option(
+    "--order",
+    default=None,
+    metavar="REF",
+    help="Only events of this order: the shop's reference, exactly as its fields hold it "
+    "(HOOKLEDGER_ORDER_FIELDS), in every account unless --account.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @read_only
 @with_appcontext
@@ -191,10 +199,13 @@ def events_cmd(
     deferred: bool,
     limit: int,
     offset: int,
+    order: str | None,
     as_json: bool,
 ) -> None:
     """List stored events, newest first, with the reason of stale, duplicate, deferred and
     failed ones."""
+    if order is not None:
+        order = story_commands.order_reference(order)
     engine = checked_engine()
     page = queries.list_events(
         engine,
@@ -209,23 +220,27 @@ def events_cmd(
             deferred=deferred,
             limit=limit,
             offset=offset,
+            order=order,
         ),
     )
+    # An order search says what the index could not have found (its account is on each line).
+    notes = story_commands.order_notes(accounts) if order is not None else []
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "offset": offset,
-                    "has_more": page.has_more,
-                    "listed": [r.as_dict() for r in page.rows],
-                },
-                default=str,
-            )
-        )
+        listed: dict[str, Any] = {
+            "offset": offset,
+            "has_more": page.has_more,
+            "listed": [r.as_dict() for r in page.rows],
+        }
+        if order is not None:
+            listed["notes"] = notes
+        click.echo(json.dumps(listed, default=str))
         return
+    for note in notes:
+        click.echo(f"hookledger: note: {note}", err=True)
     for r in page.rows:
         when = r.received_at.strftime("%Y-%m-%d %H:%M:%S")
-        line = f"#{r.id} {when} {r.event_id} {r.event_type} {r.status} {r.source} {r.object_key}"
+        shown = f"{r.account} {r.event_id}" if order is not None else r.event_id
+        line = f"#{r.id} {when} {shown} {r.event_type} {r.status} {r.source} {r.object_key}"
         if r.reason and (deferred or r.status != EventStatus.DONE):
             line += f" ({r.reason[:200]})"
         click.echo(line)

@@ -11,6 +11,8 @@ event age on receipt (pure: parsed from values handed in, never read at import t
                                     (default 0: never; needs a data key)
 ``HOOKLEDGER_MAX_EVENT_AGE``        refuse events older than this many seconds on receipt
                                     (default off)
+``HOOKLEDGER_ORDER_FIELDS``         the shop's order reference fields indexed for search
+                                    (default ``metadata.order_id,merchant_order_reference_id``)
 ==================================  =========================================================
 """
 
@@ -28,6 +30,7 @@ from receiver.core.clock import as_utc
 from receiver.core.errors import ConfigurationError, EventTooOld
 from receiver.core.events import Event
 from receiver.core.keyring import Keyring, parse_data_keys
+from receiver.core.order_refs import OrderFields
 
 log = logging.getLogger("receiver.atrest")
 
@@ -47,6 +50,9 @@ DOCUMENTED: Mapping[str, str] = {
     "key (default 0: never)",
     "MAX_EVENT_AGE": "refuse (400) an event whose timestamp is older than this many seconds "
     "(default off; keep it above the processor's ~24 h of retries)",
+    "ORDER_FIELDS": "the shop's order reference fields, dotted paths into the event's object "
+    "(default 'metadata.order_id,merchant_order_reference_id'; 'none': no order index): "
+    "indexed as keyed digests for `hookledger events --order` and the console's search",
 }
 
 #: The processor retries a delivery with the same bytes for about a day.
@@ -165,6 +171,8 @@ class DataAtRest:
     rejections: RejectionPolicy = field(default_factory=RejectionPolicy)
     #: Refuse events whose timestamp is older than this on receipt (``None``: off).
     max_event_age: timedelta | None = None
+    #: The shop's order reference fields the order index holds (:mod:`receiver.core.order_refs`).
+    order_fields: OrderFields = field(default_factory=OrderFields)
 
     @classmethod
     def resolve(cls, get: Callable[..., Any]) -> DataAtRest:
@@ -197,6 +205,7 @@ class DataAtRest:
             retention=RetentionPolicy.parse(get("RETENTION_DAYS")),
             rejections=rejections,
             max_event_age=max_age,
+            order_fields=OrderFields.parse(get("ORDER_FIELDS")),
         )
 
     def warn(self, where: str) -> None:

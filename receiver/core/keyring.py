@@ -13,12 +13,13 @@ the clear, so rotation knows what to re-seal without trying keys; it is 256-bit,
 28-byte overhead and no base64 inflation for binary columns. Fernet is AES-128-CBC with
 HMAC, base64 text, a timestamp we have no use for, and no associated data.
 
-Each configured key is a 32-byte master key. Two sub-keys are derived from it with HKDF
+Each configured key is a 32-byte master key. Three sub-keys are derived from it with HKDF
 (SHA-256), so no key is used for two purposes: one encrypts (AES-256-GCM, a random 96-bit
-nonce per message), one keys the body hash (HMAC-SHA-256). The body hash detects a
-re-delivery of the same event with another body; unkeyed, it would let anyone holding a
-database copy confirm a guessed payload ("did customer X pay 49.00 on day Y?"), keyed it
-does not.
+nonce per message), one keys the body hash (HMAC-SHA-256), one keys the order index's
+digests of the shop's order references (HMAC-SHA-256, :mod:`receiver.core.order_refs`).
+The body hash detects a re-delivery of the same event with another body; unkeyed, it would
+let anyone holding a database copy confirm a guessed payload ("did customer X pay 49.00 on
+day Y?"), keyed it does not; the order index's digests likewise name no order.
 
 Formats:
 
@@ -62,6 +63,7 @@ TOKEN_START = "{enc1:"
 
 _ENCRYPT_INFO = b"hookledger/v1/encrypt"
 _HASH_INFO = b"hookledger/v1/body-hash"
+_REFERENCE_INFO = b"hookledger/v1/order-reference"
 
 
 def generate_key() -> str:
@@ -142,6 +144,7 @@ def parse_data_keys(spec: str | Mapping[str, str | bytes] | Iterable[DataKey] | 
 class _Derived:
     aead: AESGCM
     hash_key: bytes
+    reference_key: bytes
 
 
 class Keyring:
@@ -166,6 +169,7 @@ class Keyring:
             k.id: _Derived(
                 aead=AESGCM(_derive(k.value, _ENCRYPT_INFO)),
                 hash_key=_derive(k.value, _HASH_INFO),
+                reference_key=_derive(k.value, _REFERENCE_INFO),
             )
             for k in keys
         }
@@ -320,6 +324,28 @@ class Keyring:
         if derived is None:
             raise DataKeyMissing(key_id)
         return hmac.new(derived.hash_key, body, hashlib.sha256).hexdigest()
+
+    # -- the order index ------------------------------------------------------------------
+
+    def reference_digest(self, reference: str, key_id: str | None) -> str:
+        """What the order index stores for a shop's order reference
+        (:mod:`receiver.core.order_refs`): HMAC-SHA-256 under ``key_id``'s reference key (a
+        key of its own, derived for this purpose alone), or plain SHA-256 for ``None`` (no
+        data key: the bodies it comes from are in the clear too). Raises
+        :class:`DataKeyMissing` for a key id that is not configured."""
+        data = reference.encode("utf-8", "surrogatepass")
+        if key_id is None:
+            return hashlib.sha256(data).hexdigest()
+        derived = self._derived.get(key_id)
+        if derived is None:
+            raise DataKeyMissing(key_id)
+        return hmac.digest(derived.reference_key, data, "sha256").hex()
+
+    def reference_digests(self, reference: str) -> dict[str | None, str]:
+        """The digests ``reference`` may be indexed under: one per configured key, and the
+        plain one (rows indexed before a data key was configured)."""
+        keys: list[str | None] = [*self._ids, None]
+        return {key_id: self.reference_digest(reference, key_id) for key_id in keys}
 
 
 def sealed_with(data: bytes | None) -> str | None:

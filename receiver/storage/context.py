@@ -19,20 +19,29 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.errors import StorageUnavailable
 from receiver.core.keyring import Keyring
+from receiver.core.order_refs import OrderFields
 from receiver.storage.database import deferred_begin
 from receiver.storage.sql import Statements, statements_for
 
 
 class Storage:
-    """One engine (SQLite or PostgreSQL), its dialect's statements, the clock, and the data
-    keys stored payloads are sealed with (:mod:`receiver.storage.sealed_columns`)."""
+    """One engine (SQLite or PostgreSQL), its dialect's statements, the clock, the data
+    keys stored payloads are sealed with (:mod:`receiver.storage.sealed_columns`) and the
+    shop's order reference fields every stored event is indexed by
+    (:mod:`receiver.storage.order_refs`)."""
 
     def __init__(
-        self, engine: Engine, *, clock: Clock = utcnow, keyring: Keyring | None = None
+        self,
+        engine: Engine,
+        *,
+        clock: Clock = utcnow,
+        keyring: Keyring | None = None,
+        order_fields: OrderFields | None = None,
     ) -> None:
         self.engine = engine
         self.clock = clock
         self.keyring = keyring or Keyring()
+        self.order_fields = order_fields if order_fields is not None else OrderFields()
         self.sql: Statements = statements_for(engine)
         #: Reads, and transactions whose first statement writes: on SQLite a deferred BEGIN,
         #: so reads never queue for the lock and an insert holds it only from its INSERT on.

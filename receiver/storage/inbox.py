@@ -26,6 +26,7 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError
 
 import receiver.core.accounts as accounts
+import receiver.storage.order_refs as order_refs
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc
 from receiver.core.errors import StorageUnavailable
@@ -276,7 +277,12 @@ class Inbox:
                     )
                 queued = {r["event_id"] for r in rows if r["object_key"] in waiting}
                 rows = [r for r in rows if r["event_id"] not in queued]
-                inserted = self._sql.insert_events(conn, rows) if rows else set()
+                inserted = self._sql.insert_events(conn, rows) if rows else {}
+                order_refs.write_for(
+                    conn,
+                    self._sql,
+                    [(r, inserted[r["event_id"]]) for r in rows if r["event_id"] in inserted],
+                )
                 others = [r["event_id"] for r in rows if r["event_id"] not in inserted]
                 found: dict[str, str] = {}
                 if others:
@@ -318,7 +324,8 @@ class Inbox:
         account: str = DEFAULT_ACCOUNT,
     ) -> dict[str, Any]:
         """The inbox row of a delivery, as :meth:`insert` writes it (sealed with the primary
-        data key, if one is configured: see :mod:`receiver.storage.sealed_columns`)."""
+        data key, if one is configured: see :mod:`receiver.storage.sealed_columns`), with
+        its order references (:mod:`receiver.storage.order_refs`)."""
         values = event_row(
             event,
             body,
@@ -329,7 +336,9 @@ class Inbox:
             replay_of=replay_of,
             account=account,
         )
-        return seal_event_row(self.storage.keyring, values)
+        storage = self.storage
+        sealed = seal_event_row(storage.keyring, values)
+        return order_refs.add_references(sealed, event.raw, storage.order_fields, storage.keyring)
 
     # -- the write path -------------------------------------------------------------------
 
@@ -444,6 +453,7 @@ class Inbox:
         assert isinstance(sql, SQLiteStatements)
         pk = sql.insert_delivery_on_driver(conn, values)
         if pk is not None:
+            sql.insert_references_on_driver(conn, values, pk)
             return Inserted(result="inserted", pk=pk)
         stored = sql.stored_on_driver(conn, values["account"], values["event_id"])
         if stored is None:  # ignored, yet not there: cannot be, under the write lock
@@ -456,6 +466,7 @@ class Inbox:
     def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
         pk = self._sql.inserted_pk(conn.execute(self._sql.insert_event, values))
         if pk is not None:
+            order_refs.write_for(conn, self._sql, [(values, pk)])
             return Inserted(result="inserted", pk=pk)
         stored = self._stored(conn, values["account"], [values["event_id"]])[values["event_id"]]
         result = self._judge(values, stored)

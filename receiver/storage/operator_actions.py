@@ -25,7 +25,7 @@ from receiver.storage.context import Storage, is_unavailable, unavailable
 from receiver.storage.database import VERSION_TABLE
 from receiver.storage.inbox import Inbox
 from receiver.storage.sealed_columns import open_body, open_error, open_headers
-from receiver.storage.sql.tables import CONFLICT, CUTOVER, EVENT, HANDLER_RUN
+from receiver.storage.sql.tables import CONFLICT, CUTOVER, EVENT, HANDLER_RUN, ORDER_REF
 from receiver.storage.tables import (
     CUTOVER_NAME,
     DEFERRED_PREFIX,
@@ -257,6 +257,9 @@ class Operations:
                     delete(HANDLER_RUN).where(
                         HANDLER_RUN.c.event_pk.in_(select(EVENT.c.id).where(old))
                     )
+                )
+                conn.execute(
+                    delete(ORDER_REF).where(ORDER_REF.c.event_pk.in_(select(EVENT.c.id).where(old)))
                 )
                 conn.execute(delete(EVENT).where(old))
                 conn.execute(delete(CONFLICT).where(CONFLICT.c.received_at < cutoff))

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Table, and_, func, or_, select
 
+import receiver.storage.order_refs as order_refs
 from receiver.core.clock import as_utc
 from receiver.core.errors import BodyRedacted, DataUnavailable
 from receiver.core.keyring import Keyring
@@ -59,6 +60,9 @@ class EventQuery:
     offset: int = 0
     #: Only events of these processor accounts (all when empty).
     accounts: Sequence[str] = ()
+    #: Only events indexed under this order reference of the shop's (``HOOKLEDGER_ORDER_FIELDS``:
+    #: an exact value, see :mod:`receiver.storage.order_refs`).
+    order: str | None = None
 
     def validate(self) -> EventQuery:
         """Raise ``ValueError`` for an unknown status or source, or bad paging."""
@@ -193,6 +197,10 @@ class Page:
     has_more: bool
 
 
+#: At most this many events of one order reference are listed (an order has a few).
+ORDER_MATCHES = 10_000
+
+
 def _iso(value: datetime | None) -> str | None:
     return as_utc(value).isoformat() if value is not None else None
 
@@ -259,14 +267,21 @@ def list_events(engine: Engine, q: EventQuery, *, keyring: Keyring | None = None
     """Events matching ``q``, newest first (by inbox id), one page; error texts opened with
     ``keyring`` (the store's data keys)."""
     q.validate()
-    stmt = (
-        select(*_LISTED)
-        .where(*_clauses(q))
-        .order_by(E.c.id.desc())
-        .offset(q.offset)
-        .limit(q.limit + 1)
-    )
+    clauses = _clauses(q)
     with deferred_begin(engine).connect() as conn:
+        if q.order is not None:
+            # The order's events first (the index's digest lookup, a few rows), then the
+            # listing by their ids: never a walk of the inbox testing each row.
+            matching = order_refs.matching_events(keyring or _CLEAR, q.order, q.accounts)
+            pks = [int(r[0]) for r in conn.execute(matching.limit(ORDER_MATCHES))]
+            clauses.append(E.c.id.in_(pks))
+        stmt = (
+            select(*_LISTED)
+            .where(*clauses)
+            .order_by(E.c.id.desc())
+            .offset(q.offset)
+            .limit(q.limit + 1)
+        )
         rows = [_event_row(r, keyring or _CLEAR) for r in conn.execute(stmt)]
     return Page(rows=rows[: q.limit], offset=q.offset, limit=q.limit, has_more=len(rows) > q.limit)
 

@@ -241,6 +241,54 @@ class Transition(Base, table=True):
     created_at: datetime
 
 
+class OrderReference(Base, table=True):
+    """The order index: a digest of each of the shop's order references an event carries
+    (``HOOKLEDGER_ORDER_FIELDS``, :mod:`receiver.core.order_refs`), so ``hookledger events
+    --order`` and the console find an order's events whatever seals their bodies.
+
+    ``digest`` is HMAC-SHA-256 of the reference under a key derived from the data key
+    ``key_id`` for this purpose alone, or plain SHA-256 without a data key (then the body it
+    comes from is in the clear too): nothing readable is stored. Written with the event
+    (receipt, observe, the reconciler's recoveries, backfills, replays), rewritten by
+    ``rotate-keys``, deleted when the event is redacted or pruned; ``hookledger order-index
+    backfill`` indexes events stored before it existed.
+    """
+
+    __tablename__ = "hookledger_order_ref"
+    __table_args__ = (Index("ix_hookledger_order_ref_digest", "digest", "account"),)
+
+    #: The inbox row (``hookledger_event.id``).
+    event_pk: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    #: The configured field the reference was read from (``metadata.order_id``).
+    path: str = Field(primary_key=True, max_length=128)
+    #: The event's processor account (:mod:`receiver.core.accounts`).
+    account: str = Field(
+        default=DEFAULT_ACCOUNT,
+        sa_column=Column(String(64), nullable=False, server_default=text("'default'")),
+    )
+    digest: str = Field(max_length=64)
+    #: The data key the digest is keyed with (``None``: plain SHA-256).
+    key_id: str | None = Field(default=None, max_length=64)
+
+
+class OrderIndexBackfill(Base, table=True):
+    """Where ``hookledger order-index backfill`` stands (resumable): per scope (``*`` for
+    every account, else the accounts it was limited to), the fields it indexes and the
+    last inbox row it has indexed."""
+
+    __tablename__ = "hookledger_order_backfill"
+
+    scope: str = Field(primary_key=True, max_length=200)
+    #: The fields indexed (:meth:`receiver.core.order_refs.OrderFields.describe`).
+    fields: str = Field(sa_column=Column(Text, nullable=False))
+    #: Every inbox row up to this id is indexed.
+    after_pk: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    started_at: datetime
+    updated_at: datetime
+    #: When it last reached the end of the inbox (``None``: not yet).
+    finished_at: datetime | None = Field(default=None)
+
+
 #: The cut-over's row of ``hookledger_cutover``.
 CUTOVER_NAME = "cutover"
 #: The row of ``hookledger_cutover`` that keeps the first webhook delivery hookledger stored

@@ -160,6 +160,7 @@ class Context:
                     db.make_engine(self.database_url),
                     keyring=data.keyring,
                     rejections=data.rejections,
+                    order_fields=data.order_fields,
                 )
             except ConfigurationError as exc:
                 fail(exc.message)

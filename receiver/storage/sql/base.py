@@ -96,8 +96,9 @@ class Statements(ABC):
         raise NotImplementedError(f"{self.name}: one transaction per batch instead")
 
     @abstractmethod
-    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
-        """Insert-or-ignore many new events at once; return the ids of those inserted."""
+    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+        """Insert-or-ignore many new events at once; return the inbox ids of those inserted
+        by event id."""
 
     @abstractmethod
     def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:

@@ -31,13 +31,21 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
+from receiver.core.order_refs import MAX_FIELDS
 from receiver.storage.sql.base import DeliveriesWritten, Fetchall, Outcomes, Statements, Stored
-from receiver.storage.sql.tables import EVENT, EVENT_COLUMNS, OPEN_SQL, OUTCOME_COLUMNS
+from receiver.storage.sql.tables import (
+    DIGESTS,
+    EVENT,
+    EVENT_COLUMNS,
+    OPEN_SQL,
+    OUTCOME_COLUMNS,
+    PATHS,
+)
 
 INSERT_EVENTS = text(
     f"INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) SELECT * FROM unnest("
     + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in EVENT_COLUMNS.items())
-    + ") ON CONFLICT (account, event_id) DO NOTHING RETURNING event_id"
+    + ") ON CONFLICT (account, event_id) DO NOTHING RETURNING event_id, id"
 )
 
 #: A batch of webhook deliveries (distinct event ids) in one statement, one round trip: the
@@ -52,7 +60,15 @@ INSERT_DELIVERIES = (
     + f") AS v({', '.join(EVENT_COLUMNS)})), "
     f"ins AS (INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) "
     f"SELECT {', '.join(EVENT_COLUMNS)} FROM v "
-    "ON CONFLICT (account, event_id) DO NOTHING RETURNING id, account, event_id) "
+    "ON CONFLICT (account, event_id) DO NOTHING RETURNING id, account, event_id), "
+    # The order index rows of the rows inserted (see :mod:`receiver.storage.order_refs`):
+    # a data-modifying WITH runs to completion whether or not the query reads it.
+    "refs AS (INSERT INTO hookledger_order_ref (event_pk, path, account, digest, key_id) "
+    "SELECT ins.id, r.path, ins.account, r.digest, r.key_id FROM unnest("
+    "CAST(%(r_account)s AS varchar[]), CAST(%(r_event_id)s AS varchar[]), "
+    "CAST(%(r_path)s AS varchar[]), CAST(%(r_digest)s AS varchar[]), "
+    "CAST(%(r_key_id)s AS varchar[])) AS r(account, event_id, path, digest, key_id) "
+    "JOIN ins ON ins.account = r.account AND ins.event_id = r.event_id) "
     "SELECT v.event_id, ins.id, e.id, e.body_sha256, e.key_id FROM v "
     "LEFT JOIN ins ON ins.account = v.account AND ins.event_id = v.event_id "
     "LEFT JOIN hookledger_event AS e ON ins.id IS NULL AND e.account = v.account "
@@ -69,6 +85,24 @@ INSERT_DELIVERY = (
     "SELECT event_id, NULL, id, body_sha256, key_id FROM hookledger_event "
     "WHERE account = %(account)s AND event_id = %(event_id)s AND NOT EXISTS (SELECT 1 FROM ins)"
 )
+
+
+#: One delivery with ``n`` order references: the same statement, which also writes its order
+#: index rows when the row is inserted (a data-modifying WITH: still one statement, one round
+#: trip; see :mod:`receiver.storage.order_refs`). The references are scalar parameters
+#: (``rp0``, ``rd0``...): arrays cost the driver more than the rows they carry.
+def insert_delivery_references(n: int) -> str:
+    rows = ", ".join(f"(%(rp{i})s, %(rd{i})s)" for i in range(n))
+    return INSERT_DELIVERY.replace(
+        "RETURNING id) ",
+        "RETURNING id), refs AS (INSERT INTO hookledger_order_ref (event_pk, path, account,"
+        " digest, key_id) SELECT ins.id, r.path, %(account)s, r.digest, %(key_id)s FROM ins"
+        f" CROSS JOIN (VALUES {rows}) AS r(path, digest)) ",
+        1,
+    )
+
+
+INSERT_DELIVERY_REFERENCES = {n: insert_delivery_references(n) for n in range(1, MAX_FIELDS + 1)}
 
 #: A probe of the object index per key (``LATERAL ... LIMIT 1``): the planner would
 #: otherwise filter, or hash, every open event, a cost that grows with the backlog. The
@@ -286,10 +320,26 @@ class PostgreSQLStatements(Statements):
     ) -> DeliveriesWritten:
         params: dict[str, Any]
         if len(rows) == 1:  # the row itself: psycopg reads the named parameters it needs
-            sql, params = INSERT_DELIVERY, rows[0]
+            params = rows[0]
+            sql = INSERT_DELIVERY
+            paths = params[PATHS]
+            if paths:
+                sql = INSERT_DELIVERY_REFERENCES[len(paths)]
+                params = dict(params)
+                for i, (path, digest) in enumerate(zip(paths, params[DIGESTS], strict=True)):
+                    params[f"rp{i}"], params[f"rd{i}"] = path, digest
         else:
             sql = INSERT_DELIVERIES
             params = {column: [row[column] for row in rows] for column in EVENT_COLUMNS}
+            refs = [
+                (row["account"], row["event_id"], path, digest, row["key_id"])
+                for row in rows
+                for path, digest in zip(row.get(PATHS) or (), row.get(DIGESTS) or (), strict=True)
+            ]
+            for index, name in enumerate(
+                ("r_account", "r_event_id", "r_path", "r_digest", "r_key_id")
+            ):
+                params[name] = [ref[index] for ref in refs]
         inserted: dict[str, int] = {}
         found: dict[str, Stored] = {}
         for event_id, new_pk, pk, digest, key_id in fetchall(sql, params):
@@ -299,9 +349,9 @@ class PostgreSQLStatements(Statements):
                 found[event_id] = Stored(int(pk), digest, key_id)
         return DeliveriesWritten(inserted=inserted, found=found)
 
-    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
+    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
         params = {column: [row[column] for row in rows] for column in EVENT_COLUMNS}
-        return {r[0] for r in conn.execute(INSERT_EVENTS, params)}
+        return {r[0]: int(r[1]) for r in conn.execute(INSERT_EVENTS, params)}
 
     def waiting_objects(self, conn: Connection, object_keys: Sequence[str]) -> set[str]:
         if not object_keys:

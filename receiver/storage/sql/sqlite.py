@@ -28,11 +28,13 @@ from sqlalchemy.dialects import sqlite
 
 from receiver.storage.sql.base import Outcomes, Statements, Stored
 from receiver.storage.sql.tables import (
+    DIGESTS,
     EVENT,
     EVENT_COLUMNS,
     HANDLER_RUN,
     LEASE,
     OUTCOME_COLUMNS,
+    PATHS,
     PROJECTION,
     TRANSITION,
 )
@@ -141,6 +143,12 @@ INSERT_DELIVERY_SQL = (
     f"INSERT INTO hookledger_event ({', '.join(EVENT_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(EVENT_COLUMNS))}) ON CONFLICT (account, event_id) DO NOTHING"
 )
+#: A delivery's order index rows on the driver
+#: (:meth:`SQLiteStatements.insert_references_on_driver`).
+INSERT_REFERENCES_SQL = (
+    "INSERT INTO hookledger_order_ref (event_pk, path, account, digest, key_id) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (event_pk, path) DO NOTHING"
+)
 STORED_ROW_SQL = (
     "SELECT id, body_sha256, key_id FROM hookledger_event WHERE account = ? AND event_id = ?"
 )
@@ -206,13 +214,13 @@ class SQLiteStatements(Statements):
         pk = result.lastrowid if result.rowcount == 1 else None
         return None if pk is None else int(pk)
 
-    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
+    def insert_events(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
         stmt = (
             sqlite.insert(EVENT)
             .on_conflict_do_nothing(index_elements=["account", "event_id"])
-            .returning(EVENT.c.event_id)
+            .returning(EVENT.c.event_id, EVENT.c.id)
         )
-        return {r[0] for r in conn.execute(stmt, list(rows))}
+        return {r[0]: int(r[1]) for r in conn.execute(stmt, list(rows))}
 
     def insert_delivery_on_driver(self, conn: Any, values: dict[str, Any]) -> int | None:
         """Insert-or-ignore one delivery on a sqlite3 connection (in the caller's
@@ -222,6 +230,17 @@ class SQLiteStatements(Statements):
             [bind(values[name]) if bind else values[name] for name, bind in self._event_binds],
         )
         return int(cursor.lastrowid) if cursor.rowcount == 1 else None
+
+    def insert_references_on_driver(self, conn: Any, values: dict[str, Any], pk: int) -> None:
+        """The order index rows of a delivery (its inbox row ``values``) just inserted as
+        ``pk`` on a sqlite3 connection (in the caller's transaction; see
+        :mod:`receiver.storage.order_refs`)."""
+        paths = values[PATHS]
+        if not paths:
+            return
+        account, key_id = values["account"], values["key_id"]
+        for path, digest in zip(paths, values[DIGESTS], strict=True):
+            conn.execute(INSERT_REFERENCES_SQL, (pk, path, account, digest, key_id))
 
     def stored_on_driver(self, conn: Any, account: str, event_id: str) -> Stored | None:
         """The stored row of ``account``'s ``event_id``, read on a sqlite3 connection."""

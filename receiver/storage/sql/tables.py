@@ -10,6 +10,8 @@ from receiver.storage.tables import (
     HandlerRun,
     InboxEvent,
     ObjectLease,
+    OrderIndexBackfill,
+    OrderReference,
     Projection,
     Transition,
 )
@@ -21,6 +23,8 @@ PROJECTION: Table = Projection.__table__  # type: ignore[attr-defined]
 TRANSITION: Table = Transition.__table__  # type: ignore[attr-defined]
 LEASE: Table = ObjectLease.__table__  # type: ignore[attr-defined]
 CUTOVER: Table = CutOver.__table__  # type: ignore[attr-defined]
+ORDER_REF: Table = OrderReference.__table__  # type: ignore[attr-defined]
+ORDER_BACKFILL: Table = OrderIndexBackfill.__table__  # type: ignore[attr-defined]
 
 #: Open events, written as a literal so the planner can always use the partial index over them.
 OPEN_SQL = text("hookledger_event.status IN ('pending', 'processing')")
@@ -52,6 +56,11 @@ EVENT_COLUMNS = {
     "next_attempt_at": "timestamptz",
     "key_id": "varchar",
 }
+
+#: The inbox row values that carry a delivery's order references, their fields and digests
+#: as parallel lists (no table has these columns; see :mod:`receiver.storage.order_refs`).
+PATHS = "ref_paths"
+DIGESTS = "ref_digests"
 
 #: The rows a dispatched batch writes (see :class:`receiver.storage.sql.base.Outcomes`): transitions
 #: (``t``), projections (``p``), ledger (``l``) and the claimed events' final states (``b``).

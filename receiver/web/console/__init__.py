@@ -65,6 +65,7 @@ from receiver.core.masking import mask_body, mask_headers
 from receiver.storage.operator_actions import EventFilter
 from receiver.storage.tables import EventStatus, Source
 from receiver.store import Store
+from receiver.web.console import story_pages
 from receiver.web.console.chart import RunPoint, svg
 from receiver.web.state import receiver_state
 
@@ -515,6 +516,8 @@ def _blueprint(gate: _Gate) -> Blueprint:
             tab="reconcile",
         )
 
+    # Find an order, one object's story (receiver/web/console/story_pages.py).
+    story_pages.register(bp, render, accounts_from=_accounts_from)
     return bp
 
 

@@ -408,6 +408,7 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
         "conflicts": 1,
         "rejections": 1,
         "handler_errors": 2,
+        "order_refs": 4,  # the events' order references (their metadata.order_id)
         "accounts": 1,
     }
     result = k2.test_cli_runner().invoke(args=["hookledger", "rotate-keys", "--json"])
@@ -418,6 +419,7 @@ def test_rotate_keys_seals_everything_again_and_reports_what_it_cannot(
         "conflicts": 1,
         "rejections": 1,
         "handler_errors": 2,
+        "order_refs": 4,  # the events' order references (their metadata.order_id)
         "accounts": 1,
     }
     with store_of(k2).engine.connect() as conn:  # the two records of one body are one again

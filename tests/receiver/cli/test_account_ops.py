@@ -206,6 +206,7 @@ def test_rotate_keys_for_one_account_leaves_the_others_under_their_key(
         "conflicts": 1,
         "rejections": 1,
         "handler_errors": 1,
+        "order_refs": 2,  # the events' order references (their metadata.order_id)
         "accounts": 0,  # none in hookledger's own account table
     }
     dry = _cli(new, "rotate-keys", "--account", "eu", "--dry-run", "--json")
@@ -220,6 +221,7 @@ def test_rotate_keys_for_one_account_leaves_the_others_under_their_key(
         "conflicts": 1,  # the k1 copy of the body eu holds under k2 is deleted, not sealed
         "rejections": 1,
         "handler_errors": 1,
+        "order_refs": 2,
     }
     keys = _by_account(
         new,
@@ -239,6 +241,7 @@ def test_rotate_keys_for_one_account_leaves_the_others_under_their_key(
         "conflicts": 0,
         "rejections": 0,
         "handler_errors": 0,
+        "order_refs": 0,
         "accounts": 0,
     }
 

@@ -286,7 +286,7 @@ def test_the_migration_goes_up_and_down(database_url: str) -> None:
         assert "hookledger_account" not in sa.inspect(engine).get_table_names()
         assert db.current_revision(engine) == "0007"
         db.upgrade(engine)
-        assert db.current_revision(engine) == "0008"
+        assert db.current_revision(engine) == db.head_revision()
     finally:
         engine.dispose()
 
