@@ -425,7 +425,11 @@ class Reconciler:
         try:
             with chunks:
                 for chunk in chunks:
-                    remotes = recovery.read(kind, chunk, part)
+                    others: list[str] = []
+                    remotes = recovery.read(kind, chunk, part, others=others)
+                    # Seen at the processor, another profile's: not "known only locally"
+                    # where an earlier version put it in this account's projection.
+                    self.store.mark_seen(run_id, kind, others)
                     recovery.process(kind, _distinct(remotes), part, run_id=run_id)
                     if self.progress is not None:
                         self.progress(name, part.checked)
