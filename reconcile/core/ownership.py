@@ -5,15 +5,18 @@ business profiles (brands, shops), and the installation may keep them as separat
 each with its own URL, secrets and handlers. An object is one account's by **the rule the
 receive path routes a delivery to the shared URL by**:
 :meth:`receiver.core.accounts.AccountSource.for_body` over the installation's accounts, with the
-object's merchant (its ``merchant_id``, else the account's: the key reads its own merchant)
-and its ``profile_id``. So an account that names its profiles owns those; an account that
-names none owns the merchant's other profiles, except those another account names; an
-object two accounts claim alike is neither's. An object that shows no profile (a mandate:
-``MandateResponse`` has none) is the account's when it is of the account's merchant.
+object's merchant and its ``profile_id``. The merchant is the object's ``merchant_id``; a
+refund or a dispute shows none, so it is the account's (the key reads its own merchant), or,
+for an account that names no merchant, the merchant of the account that names the profile
+(a profile id is the processor's, unique across merchants). So an account that names its
+profiles owns those; an account that names none owns the merchant's other profiles, except
+those another account names; an object two accounts claim alike is neither's. An object
+that shows no profile (a mandate: ``MandateResponse`` has none) is the account's when it is
+of the account's merchant.
 
 An account the source does not know (a library caller's default account with no
-configuration) owns what no single known account claims, as the one account of an installation
-takes every delivery at the shared URL.
+configuration) owns what no single known account claims, as the one account of an
+installation takes every delivery at the shared URL.
 
 Every path that reads objects applies it (the lists, the sweep, adoption, a backfill, the
 events API): another profile's object is neither recovered nor drift of this account; the
@@ -47,6 +50,7 @@ class Ownership:
         self.accounts = accounts
         self.account: Account | None = accounts.get(account_id) if accounts is not None else None
         self._owners: dict[tuple[str | None, str], bool] = {}
+        self._merchants: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
         return f"Ownership(account={self.account_id!r}, accounts={self.accounts!r})"
@@ -74,6 +78,8 @@ class Ownership:
         merchant = merchant_id if merchant_id is not None else self.merchant_id
         if profile_id is None:
             return self.account is None or self.account.owns(merchant, None)
+        if merchant is None:
+            merchant = self._merchant_naming(profile_id)
         key = (merchant, profile_id)
         found = self._owners.get(key)
         if found is None:
@@ -86,6 +92,20 @@ class Ownership:
                 found = self.account is None
             self._owners[key] = found
         return found
+
+    def _merchant_naming(self, profile_id: str) -> str | None:
+        """The merchant of an account that names ``profile_id`` (``None``: none does)."""
+        if profile_id not in self._merchants:
+            assert self.accounts is not None
+            found = None
+            for account_id in self.accounts.ids():
+                account = self.accounts.get(account_id)
+                if account is not None and account.active and profile_id in account.profile_ids:
+                    found = account.merchant_id
+                    if found is not None:
+                        break
+            self._merchants[profile_id] = found
+        return self._merchants[profile_id]
 
     def owns_object(self, obj: Mapping[str, Any]) -> bool:
         """:meth:`owns` for one API object (its ``merchant_id`` and ``profile_id``)."""

@@ -10,7 +10,9 @@ its clock into the receiver app), the receiver app on the test database, one rec
 under, so tests can check that each transition reached one account's handlers, once.
 
 ``layout``: ``"named"`` (each account names its profile), ``"catch_all"`` (``brand_eu`` names
-none: it takes the merchant's profiles no other account names, ``brand_us`` names its own).
+none: it takes the merchant's profiles no other account names, ``brand_us`` names its own),
+``"legacy"`` (as ``catch_all``, and ``brand_eu`` names no merchant either: an installation's
+first account, configured before its second brand came).
 ``source``: ``"configured"`` (``HOOKLEDGER_ACCOUNTS``; the reconcilers are given the
 receiver's account source) or ``"stored"`` (hookledger's account table, which the
 reconcilers read by default).
@@ -64,7 +66,7 @@ BRANDS = {
 }
 PROFILES = {profile: account for account, (profile, _) in BRANDS.items()}
 
-Layout = Literal["named", "catch_all"]
+Layout = Literal["named", "catch_all", "legacy"]
 Source = Literal["configured", "stored"]
 
 __all__ = ["BRANDS", "PROFILES", "Brands", "brands"]
@@ -73,11 +75,11 @@ __all__ = ["BRANDS", "PROFILES", "Brands", "brands"]
 def accounts_of(layout: Layout) -> list[Account]:
     made = []
     for name, (profile, secret) in BRANDS.items():
-        named = not (layout == "catch_all" and name == "brand_eu")
+        named = layout == "named" or name != "brand_eu"
         made.append(
             Account(
                 id=name,
-                merchant_id=MERCHANT,
+                merchant_id=None if layout == "legacy" and name == "brand_eu" else MERCHANT,
                 profile_ids=(profile,) if named else (),
                 secrets=parse_secrets(f"k1:{secret}"),
                 api_key=API_KEY,
@@ -222,7 +224,7 @@ def brands(
         if source == "configured":
             spec = {
                 a.id: {
-                    "merchant_id": a.merchant_id,
+                    **({"merchant_id": a.merchant_id} if a.merchant_id else {}),
                     "profile_ids": list(a.profile_ids),
                     "secrets": f"k1:{BRANDS[a.id][1]}",
                 }

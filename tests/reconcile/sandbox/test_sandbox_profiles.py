@@ -314,3 +314,18 @@ def test_merchants_route_a_profile_added_later(clock: FrozenClock) -> None:
         assert answer.status_code == 200 and answer.json()["total_count"] == 0
     with pytest.raises(ConfigurationError, match="used twice"):
         MerchantsApp([us, Sandbox("snd_x_key_0123", merchant_id="pro_us_outlet", now=clock)])
+
+
+def test_an_id_is_the_merchants_whatever_the_profile(sb: Sandbox, rec: Recorder) -> None:
+    """Hyperswitch keeps a payment id unique per merchant: the same id under another profile
+    of the same merchant is a duplicate (HE_01), never a second object."""
+    sb.add_profile("pro_brand_us")
+    _pay(rec, sb.profile_id, payment_id="pay_same")
+    again = _refused(
+        rec,
+        "POST",
+        "/payments",
+        {"amount": 100, "currency": "USD", "payment_id": "pay_same", "profile_id": "pro_brand_us"},
+    )
+    assert again.status_code == 400 and again.json()["error"]["code"] == "HE_01"
+    assert sb.get_payment("pay_same")["profile_id"] == sb.profile_id
