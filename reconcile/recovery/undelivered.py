@@ -160,7 +160,8 @@ class UndeliveredEvents:
         self.accounts: AccountSource = (
             accounts if accounts is not None else StoredAccounts(inbox.accounts)
         )
-        self._ownership = Ownership(account, self.accounts)
+        #: The rule of the run in progress (read afresh by each run).
+        self._ownership: Ownership | None = None
 
     def __repr__(self) -> str:
         return f"UndeliveredEvents(merchant_id={self.merchant_id!r}, resend={self.resend})"
@@ -322,7 +323,9 @@ class UndeliveredEvents:
             report.bad_rows += 1
             _note(report.bad_rows_sample, f"event {shown}: its stored body carries another id")
             return
-        if not self._ownership.owns(event.merchant_id, event.profile_id):
+        if self._ownership is not None and not self._ownership.owns(
+            event.merchant_id, event.profile_id
+        ):
             # Listed as this account's, yet its body names another profile: not stored.
             report.other_profiles[event.profile_id or NO_PROFILE] += 1
             return
