@@ -103,7 +103,8 @@ class Planner:
         options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
         cur.execute("BEGIN")
         try:
-            cur.execute(f"EXPLAIN ({options}) EXECUTE {name}({args})", [params[n] for n in names])
+            call = f"{name}({args})" if names else name  # EXECUTE p() is a syntax error
+            cur.execute(f"EXPLAIN ({options}) EXECUTE {call}", [params[n] for n in names])
             return cur.fetchone()[0]
         finally:
             cur.execute("ROLLBACK")

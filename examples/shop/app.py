@@ -173,7 +173,6 @@ def _pay(base_url: str, api_key: str, order: Order, card: str) -> dict[str, Any]
             "phone": {"number": "5555550100", "country_code": "+1"},
         },
         "metadata": {"order_id": order.id},
-        "profile_id": "pro_demo",
     }
     # The payment id is ours, so a retried create is safe: the processor answers HE_01.
     with ProcessorClient(base_url, api_key) as client:

@@ -76,7 +76,7 @@ def adopt_cmd(
     client = obj.client()
     try:
         with exit_on_error():
-            adopter = Adopter(client, obj.inbox(), account=obj.account)
+            adopter = Adopter(client, obj.inbox(), account=obj.account, accounts=obj.accounts())
             if new_account:
                 report = adopter.declare_new_account()
             else:
@@ -131,7 +131,9 @@ def backfill_cmd(
     client = obj.client()
     try:
         with exit_on_error():
-            reconciler = Reconciler(client, obj.inbox(), account=obj.account)
+            reconciler = Reconciler(
+                client, obj.inbox(), account=obj.account, accounts=obj.accounts()
+            )
             reconciler.check_adopted()
             report = Backfill(reconciler).run(
                 cast(datetime, utc_option(since)),

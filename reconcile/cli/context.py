@@ -20,7 +20,14 @@ from sqlalchemy.exc import OperationalError
 
 import receiver.storage.database as db
 from receiver.config.data_at_rest import from_environment
-from receiver.core.accounts import DEFAULT_ACCOUNT, Account, parse_accounts
+from receiver.core.accounts import (
+    DEFAULT_ACCOUNT,
+    Account,
+    AccountSource,
+    ChainedAccounts,
+    StaticAccounts,
+    parse_accounts,
+)
 from receiver.core.errors import (
     ConfigurationError,
     DataUnavailable,
@@ -28,6 +35,7 @@ from receiver.core.errors import (
     StorageUnavailable,
 )
 from receiver.core.signature import parse_secrets
+from receiver.storage.account_table import StoredAccounts
 from receiver.store import Store
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.errors import AdoptionInProgress, NotAdopted, ReconcileLocked
@@ -142,6 +150,26 @@ class Context:
             ]
         return ids
 
+    def accounts(self) -> AccountSource:
+        """The installation's accounts, as the receive path routes deliveries by them:
+        those of ``HOOKLEDGER_ACCOUNTS`` (and the default account of today's variables,
+        when ``HOOKLEDGER_API_KEY``, ``HOOKLEDGER_MERCHANT_ID`` or ``HOOKLEDGER_SECRETS`` is
+        set), then those stored in hookledger's table. They tell which of the objects an
+        account's key reads are that account's (:mod:`reconcile.core.ownership`)."""
+        env = os.environ
+        try:
+            configured = list(parse_accounts(env.get("HOOKLEDGER_ACCOUNTS")))
+        except ConfigurationError as exc:
+            fail(exc.message)
+        named = any(env.get(f"HOOKLEDGER_{n}") for n in ("API_KEY", "MERCHANT_ID", "SECRETS"))
+        if named and not any(a.id == DEFAULT_ACCOUNT for a in configured):
+            merchant_id = env.get("HOOKLEDGER_MERCHANT_ID") or None
+            configured.insert(0, Account(id=DEFAULT_ACCOUNT, merchant_id=merchant_id))
+        source: AccountSource = StaticAccounts(configured)
+        if self.database_url:
+            source = ChainedAccounts(source, StoredAccounts(self.inbox().accounts))
+        return source
+
     def _setting(self, name: str, field: str) -> str | None:
         """``HOOKLEDGER_<name>`` for the default account, else the account's ``field``."""
         account = self.configured()
@@ -227,7 +255,13 @@ class Context:
             fail(exc.message if isinstance(exc, HookledgerError) else str(exc))
         resend = os.environ.get("HOOKLEDGER_EVENTS_RESEND", "").lower() in ("1", "true", "yes")
         return UndeliveredEvents(
-            api, self.inbox(), secrets, merchant_id, resend=resend, account=self.account
+            api,
+            self.inbox(),
+            secrets,
+            merchant_id,
+            resend=resend,
+            account=self.account,
+            accounts=self.accounts(),
         )
 
     def check_schema(self) -> None:

@@ -160,6 +160,7 @@ def _run_one(obj: Context, options: Any) -> Report:
                 progress=_progress(),
                 events=obj.events_path(),
                 account=obj.account,
+                accounts=obj.accounts(),
             )
             report = reconciler.run(options)
     finally:

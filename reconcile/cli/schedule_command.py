@@ -144,7 +144,11 @@ def schedule_cmd(
             return
         try:
             report = Reconciler(
-                client, ctx.inbox(), events=ctx.events_path(), account=ctx.account
+                client,
+                ctx.inbox(),
+                events=ctx.events_path(),
+                account=ctx.account,
+                accounts=ctx.accounts(),
             ).run(options)
             level = logging.INFO if report.status == "ok" else logging.WARNING
             logger.log(

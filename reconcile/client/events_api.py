@@ -128,11 +128,15 @@ class EventsClient(ApiClient):
         page_size: int = 100,
         max_requests: int | None = None,
         on_stuck: OnStuck = "raise",
+        profile_id: str | None = None,
     ) -> Pager:
         """Events (initial delivery attempts) created in ``[start, end]``, each once.
 
         ``is_delivered``: ``False`` (default) lists the events never delivered successfully,
-        ``True`` the delivered ones, ``None`` all. ``merchant_id`` may also be a profile id.
+        ``True`` the delivered ones, ``None`` all. ``profile_id``: one business profile's
+        events only (``EventListConstraints.profile_id``; the processor answers 404 for a
+        profile the merchant does not have). ``merchant_id`` may also be a profile id (older
+        servers).
         The pager is a :mod:`reconcile.client.paging` offset pager with all its guarantees (budget,
         no-progress checks, rows checked against the window, ``row_errors``); ids are
         ``event_id``.
@@ -178,6 +182,7 @@ class EventsClient(ApiClient):
             max_requests=max_requests if max_requests is not None else self.max_list_requests,
             unlistable=unlistable,
             redact=self._redact,
+            profile_id=profile_id,
         )
 
     def event_attempts(self, merchant_id: str, event_id: str) -> list[dict[str, Any]]:

@@ -101,17 +101,22 @@ def refunds_pager(
     dense_limit: int = DENSE_LIMIT,
     max_requests: int | None = None,
     redact: Callable[[str], str] | None = None,
+    profile_id: str | None = None,
 ) -> Pager:
     """Refunds created in ``[start, end]``: ``POST /refunds/list`` by time slices.
 
     ``dialect="hyperswitch"`` filters with ``start_time``/``end_time`` (``RefundListRequest``);
     ``dialect="seed"`` with the seed's generic ``created_gte``/``created_lte``
     (``processor-interface.md``, Refunds). Both answer ``{count, total_count, data}``.
+    ``profile_id``: one business profile's refunds (``RefundListRequest.profile_id``; the
+    Hyperswitch dialect only, the seed's list has no such filter).
     """
     if dialect == "hyperswitch":
         lower, upper = "start_time", "end_time"
     elif dialect == "seed":
         lower, upper = "created_gte", "created_lte"
+        if profile_id is not None:
+            raise ValueError("the seed dialect's refund list takes no profile_id")
     else:
         raise ValueError("dialect must be 'hyperswitch' or 'seed'")
     return TimeSlicePager(
@@ -131,6 +136,7 @@ def refunds_pager(
         dense_limit=dense_limit,
         max_requests=max_requests,
         redact=redact,
+        extra=_profile(profile_id),
     )
 
 
@@ -144,13 +150,17 @@ def payouts_pager(
     on_stuck: OnStuck = "raise",
     max_requests: int | None = None,
     redact: Callable[[str], str] | None = None,
+    profile_id: str | None = None,
 ) -> Pager:
     """Payouts created in ``[start, end]``.
 
     ``dialect="get"``: ``GET /payouts/list`` (``{size, data}``, no ``total_count``, at most 100
     per page, default 100). ``dialect="post"``: ``POST /payouts/list`` (``total_count``, at most
-    20 per page, default 20).
+    20 per page, default 20). ``profile_id``: one business profile's payouts, ``post`` only
+    (``PayoutListFilterConstraints``; the GET query refuses unknown parameters).
     """
+    if dialect == "get" and profile_id is not None:
+        raise ValueError("GET /payouts/list takes no profile_id (use dialect='post')")
     if dialect == "get":
         return BackwardTimePager(
             fetch,
@@ -172,6 +182,7 @@ def payouts_pager(
             fetch,
             start,
             end,
+            extra=_profile(profile_id),
             kind="payouts",
             path="/payouts/list",
             id_field="payout_id",
@@ -196,8 +207,10 @@ def disputes_pager(
     dense_limit: int = DENSE_LIMIT,
     max_requests: int | None = None,
     redact: Callable[[str], str] | None = None,
+    profile_id: str | None = None,
 ) -> Pager:
-    """Disputes created in ``[start, end]``: ``GET /disputes/list`` (bare array) by time slices."""
+    """Disputes created in ``[start, end]``: ``GET /disputes/list`` (bare array) by time slices;
+    ``profile_id``: one business profile's (``DisputeListGetConstraints.profile_id``)."""
     return TimeSlicePager(
         fetch,
         start,
@@ -215,6 +228,7 @@ def disputes_pager(
         dense_limit=dense_limit,
         max_requests=max_requests,
         redact=redact,
+        extra=_profile(profile_id),
     )
 
 
@@ -230,14 +244,15 @@ def events_pager(
     max_requests: int | None = None,
     unlistable: Iterable[IncompleteWindow] = (),
     redact: Callable[[str], str] | None = None,
+    profile_id: str | None = None,
 ) -> Pager:
     """Initial delivery attempts (events) created in ``[start, end]``: the admin events list.
 
-    ``POST /events/{merchant_id}`` with ``{created_after, created_before, limit, offset}`` and
-    ``is_delivered`` unless ``None`` (``EventListConstraints``; both bounds inclusive, newest
-    first, at most 100 per page); answers ``{events, total_count}``. Offset paging: events
-    created while paging push rows down, the repeats are skipped by ``event_id``. The 90-day
-    limit of the server is the caller's
+    ``POST /events/{merchant_id}`` with ``{created_after, created_before, limit, offset}``,
+    ``is_delivered`` unless ``None`` and ``profile_id`` when given (``EventListConstraints``;
+    both bounds inclusive, newest first, at most 100 per page); answers ``{events,
+    total_count}``. Offset paging: events created while paging push rows down, the repeats are
+    skipped by ``event_id``. The 90-day limit of the server is the caller's
     (:meth:`reconcile.client.events_api.EventsClient.iter_events`
     clamps the window and passes the clipped part as ``unlistable``).
     """
@@ -251,7 +266,10 @@ def events_pager(
         start,
         end,
         method="POST",
-        extra={} if is_delivered is None else {"is_delivered": is_delivered},
+        extra={
+            **_profile(profile_id),
+            **({} if is_delivered is None else {"is_delivered": is_delivered}),
+        },
         kind="events",
         path=f"/events/{quote(merchant_id, safe='')}",
         id_field="event_id",
@@ -265,3 +283,13 @@ def events_pager(
         unlistable=unlistable,
         redact=redact,
     )
+
+
+def _profile(profile_id: str | None) -> dict[str, str]:
+    """The ``profile_id`` filter of a list request (none when ``None``); a clean id only."""
+    if profile_id is None:
+        return {}
+    defect = id_defect(profile_id)
+    if defect is not None:
+        raise ValueError(f"profile_id must be a clean id: it {defect}")
+    return {"profile_id": profile_id}

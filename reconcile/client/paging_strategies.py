@@ -235,6 +235,7 @@ class TimeSlicePager(Pager):
         dense_limit: int = DENSE_LIMIT,
         max_requests: int | None = None,
         redact: Callable[[str], str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(
             fetch,
@@ -257,12 +258,15 @@ class TimeSlicePager(Pager):
         self.method = method
         self.bare = bare
         self.dense_limit = dense_limit
+        #: Further filters sent with every request (a business profile's ``profile_id``).
+        self.extra = dict(extra or {})
 
     def _query(self, low: int, high: int, offset: int) -> tuple[Page, int | None]:
         self._cursor = f"at the slice {format_ms(low)} .. {format_ms(high)}" + (
             f", offset {offset}" if offset else ""
         )
         query: dict[str, str | int] = {
+            **self.extra,
             "limit": self.page_size,
             "offset": offset,
             self.lower_param: format_ms(low),

@@ -15,7 +15,9 @@ characters), else :class:`ValueError` is raised before anything is sent (its mes
 quotes the id), and it is URL-quoted as one path segment.
 
 Lists (``iter_payments``, ``iter_refunds``, ``iter_payouts``, ``iter_disputes``) return the
-pagers of :mod:`reconcile.client.paging`: each object at most once, rows checked against the
+pagers of :mod:`reconcile.client.paging` (the refunds, the payouts' POST and the disputes
+lists take a business profile's ``profile_id``; Hyperswitch's payments list, which the
+merchant key may read, has no such filter): each object at most once, rows checked against the
 window, row problems on ``pager.row_errors`` (ids redacted of the key, then escaped), what
 could not be read on ``pager.incomplete`` (or raised as
 :class:`~reconcile.core.errors.PagingError`); see that module. Every list has a request
@@ -231,11 +233,13 @@ class ProcessorClient(ApiClient):
         page_size: int = 100,
         on_stuck: OnStuck = "raise",
         max_requests: int | None = None,
+        profile_id: str | None = None,
     ) -> Pager:
         """Refunds created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`.
 
         ``dialect="hyperswitch"`` filters by ``start_time``/``end_time``, ``"seed"`` by the
-        seed's ``created_gte``/``created_lte``.
+        seed's ``created_gte``/``created_lte``. ``profile_id``: one business profile's
+        refunds only (the processor filters; the Hyperswitch dialect).
         """
         return refunds_pager(
             self.request,
@@ -246,6 +250,7 @@ class ProcessorClient(ApiClient):
             on_stuck=on_stuck,
             max_requests=self._budget(max_requests),
             redact=self._redact,
+            profile_id=profile_id,
         )
 
     def iter_payouts(
@@ -257,8 +262,12 @@ class ProcessorClient(ApiClient):
         page_size: int | None = None,
         on_stuck: OnStuck = "raise",
         max_requests: int | None = None,
+        profile_id: str | None = None,
     ) -> Pager:
-        """Payouts created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`."""
+        """Payouts created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`.
+
+        ``profile_id``: one business profile's payouts only (``dialect="post"``: the GET
+        list takes no such filter, :class:`ValueError`)."""
         return payouts_pager(
             self.request,
             start,
@@ -268,6 +277,7 @@ class ProcessorClient(ApiClient):
             on_stuck=on_stuck,
             max_requests=self._budget(max_requests),
             redact=self._redact,
+            profile_id=profile_id,
         )
 
     def iter_disputes(
@@ -278,8 +288,11 @@ class ProcessorClient(ApiClient):
         page_size: int = 100,
         on_stuck: OnStuck = "raise",
         max_requests: int | None = None,
+        profile_id: str | None = None,
     ) -> Pager:
-        """Disputes created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`."""
+        """Disputes created in ``[start, end]`` (aware datetimes), each once; see :mod:`.paging`.
+
+        ``profile_id``: one business profile's disputes only."""
         return disputes_pager(
             self.request,
             start,
@@ -288,6 +301,7 @@ class ProcessorClient(ApiClient):
             on_stuck=on_stuck,
             max_requests=self._budget(max_requests),
             redact=self._redact,
+            profile_id=profile_id,
         )
 
     def get_mandate(self, mandate_id: str) -> dict[str, Any]:

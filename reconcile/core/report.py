@@ -14,6 +14,10 @@ A report never says more than is true:
   not see;
 - ``dry_run`` and ``failed`` (the run itself broke: see the error).
 
+Objects of the merchant's other business profiles (another account's, or no single
+account's: :mod:`reconcile.core.ownership`) are skipped, counted by profile as
+``other_profiles``: not checked, not recovered, not drift of this account.
+
 Recovery that is queued (an event already in the inbox, waiting for the worker, brings the
 object to the processor's state) is ``queued``, never unresolved. Likewise an undelivered
 event the events API lists before its request is recorded (a delivery interrupted mid-way)
@@ -73,6 +77,8 @@ class Tally:
     mismatched_sample: list[str] = field(default_factory=list)
     bad_rows: int = 0
     bad_rows_sample: list[str] = field(default_factory=list)
+    #: Objects of other business profiles (not this account's), skipped, by profile id.
+    other_profiles: Counter[str] = field(default_factory=Counter)
 
     def note_unknown(self, item: str) -> None:
         self.unknown_status += 1
@@ -133,6 +139,7 @@ class Tally:
             "mismatched_sample": self.mismatched_sample,
             "bad_rows": self.bad_rows,
             "bad_rows_sample": self.bad_rows_sample,
+            "other_profiles": dict(sorted(self.other_profiles.items())),
         }
 
 
@@ -234,6 +241,8 @@ class EventsReport:
     remote_errors: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     requests: int = 0
+    #: Events of other business profiles (not this account's), skipped, by profile id.
+    other_profiles: Counter[str] = field(default_factory=Counter)
 
     def note_waiting(self, item: str, created: datetime | None) -> None:
         self.waiting += 1
@@ -265,6 +274,7 @@ class EventsReport:
             "bad_rows_sample": self.bad_rows_sample,
             "waiting": self.waiting,
             "waiting_sample": self.waiting_sample,
+            "other_profiles": dict(sorted(self.other_profiles.items())),
             "remote_errors": self.remote_errors,
             "incomplete": self.incomplete,
             "unresolved": self.unresolved,
@@ -323,6 +333,7 @@ class Report:
                 recovered=sum(part.recovered.values()),
                 unresolved=part.unresolved,
                 failures=part.failures,
+                other_profiles=sum(part.other_profiles.values()),
             )
         for tally in [*self.kinds.values(), *self.sweep.values()]:
             totals.update(
@@ -432,6 +443,13 @@ def summary(report: dict[str, Any]) -> str:
 
 def _details(part: dict[str, Any]) -> list[str]:
     lines = []
+    others = part.get("other_profiles") or {}
+    if others:
+        shown = ", ".join(f"{profile} {n}" for profile, n in others.items())
+        lines.append(
+            f"{'':<9} skipped {sum(others.values())} of other profiles' (not this "
+            f"account's): {shown}"
+        )
     for event_type, n in part.get("recovered", {}).items():
         lines.append(f"{'':<9} recovered {n} x {event_type}")
     dated = part.get("dated_by") or {}

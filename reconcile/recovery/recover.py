@@ -9,14 +9,16 @@ them brings it to the processor's state, ``behind`` (unresolved) when none does.
 object found out of step (recovered, queued, behind, or projected by a dead-lettered event)
 stays followed by the sweep, however settled its remote state, until a later look finds it
 in sync. A remote row that cannot be stored is reported and skipped, never an error of the
-run.
+run. A row of another business profile (not this account's by
+:class:`~reconcile.core.ownership.Ownership`) is skipped before anything else: counted as
+``other_profiles``, never diffed, followed or recovered.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,8 +29,9 @@ from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.events import parse_event
 from receiver.storage.tables import EventStatus, Source
 from receiver.store import Store
-from reconcile.core.diff import BadRow, Finding, Remote
+from reconcile.core.diff import KINDS, BadRow, Finding, Remote
 from reconcile.core.errors import ProcessorError, escape_id
+from reconcile.core.ownership import Ownership
 from reconcile.core.report import Tally
 from reconcile.recovery.sweep import FollowedObjects
 from reconcile.storage.store import ReconcileStore
@@ -62,23 +65,40 @@ class Recovery:
         options: RecoveryOptions | None = None,
         fetch: Fetch | None = None,
         clock: Clock = utcnow,
+        ownership: Ownership | None = None,
     ) -> None:
+        """``ownership``: which objects are this account's (``None``: every object read)."""
         self.inbox = inbox
         self.store = store
         self.followed = followed
         self.options = options or RecoveryOptions()
         self.fetch = fetch
         self.clock = clock
+        self.ownership = ownership
         #: Requests spent confirming, per kind (they count toward the run's budget).
         self.spent: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         return f"Recovery(dry_run={self.options.dry_run})"
 
-    def read(self, kind: str, rows: Sequence[object], tally: Tally) -> list[Remote]:
-        """Read raw rows into :class:`Remote` objects; bad rows are reported in ``tally``."""
+    def read(
+        self,
+        kind: str,
+        rows: Sequence[object],
+        tally: Tally,
+        *,
+        others: list[str] | None = None,
+    ) -> list[Remote]:
+        """Read raw rows into :class:`Remote` objects; bad rows are reported in ``tally``,
+        rows of other profiles counted there (``other_profiles``) and skipped, their ids
+        added to ``others`` when it is given."""
         remotes: list[Remote] = []
         for row in rows:
+            if self.skip_other(row, tally.other_profiles):
+                assert isinstance(row, Mapping)
+                if others is not None and isinstance(row.get(KINDS[kind].id_field), str):
+                    others.append(row[KINDS[kind].id_field])
+                continue
             read = diff.read_remote(kind, row)
             if isinstance(read, BadRow):
                 tally.checked += 1
@@ -87,6 +107,15 @@ class Recovery:
             else:
                 remotes.append(read)
         return remotes
+
+    def skip_other(self, row: object, counts: Counter[str]) -> bool:
+        """Whether ``row`` is an object of another business profile, not this account's
+        (counted in ``counts`` by profile, then skipped by the caller)."""
+        ownership = self.ownership
+        if ownership is None or not isinstance(row, Mapping) or ownership.owns_object(row):
+            return False
+        counts[ownership.profile_of(row)] += 1
+        return True
 
     def process(
         self,

@@ -333,6 +333,19 @@ class FollowedObjects:
     ) -> None:
         """Space out the next check of objects whose fetch failed (not found, say), so one
         bad object cannot take the whole budget run after run."""
+        self._defer(kind, object_ids, now=now, aside=False)
+
+    def set_aside(
+        self, kind: str, object_ids: Sequence[str], *, now: datetime | None = None
+    ) -> None:
+        """Never fetch again (within their kind's horizon, after which they age out) objects
+        a fetch showed to be another business profile's, not this account's (an account's
+        projection may hold some, recovered before hookledger told profiles apart)."""
+        self._defer(kind, object_ids, now=now, aside=True)
+
+    def _defer(
+        self, kind: str, object_ids: Sequence[str], *, now: datetime | None, aside: bool
+    ) -> None:
         now = now or self.now()
         if not object_ids:
             return
@@ -344,10 +357,12 @@ class FollowedObjects:
                 "object_id": object_id,
                 "created_at": born.get(object_id),
                 "first_seen_at": now,
-                "status": "unknown",
+                "status": "other_profile" if aside else "unknown",
                 "stage": None,
                 "last_checked_at": now,
-                "next_check_at": self.policy.next_check(kind, born.get(object_id), now),
+                "next_check_at": now + self.policy.horizon(kind)
+                if aside
+                else self.policy.next_check(kind, born.get(object_id), now),
                 "checks": 1,
             }
             for object_id in object_ids
@@ -358,6 +373,7 @@ class FollowedObjects:
                 insert.on_conflict_do_update(
                     index_elements=["account", "kind", "object_id"],
                     set_={
+                        "status": insert.excluded.status if aside else F.c.status,
                         "last_checked_at": insert.excluded.last_checked_at,
                         "next_check_at": insert.excluded.next_check_at,
                         "checks": F.c.checks + 1,

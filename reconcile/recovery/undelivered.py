@@ -22,6 +22,12 @@ waits in the inbox) is stored all the same, for its original bytes, and counted
 ``already_known``, not ``recovered`` a second time: its dispatch is a duplicate transition.
 
 On an adopted account, undelivered events created before the cut-over are left alone.
+
+The events API lists the merchant's events of every business profile: this path asks for the
+account's one profile (``profile_id``) when it names exactly one, and keeps only the events
+that are this account's (:mod:`reconcile.core.ownership`, the receive path's rule), before
+fetching their attempts: another profile's event is signed with that profile's key, and is
+neither recovered here nor a bad signature of this account (``other_profiles``).
 """
 
 from __future__ import annotations
@@ -33,16 +39,18 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import Table, select
 
-from receiver.core.accounts import DEFAULT_ACCOUNT
+from receiver.core.accounts import DEFAULT_ACCOUNT, AccountSource
 from receiver.core.errors import MalformedEvent, SignatureError
 from receiver.core.events import Event, parse_event, parse_timestamp
 from receiver.core.signature import SIGNATURE_HEADER, Secret, verify
 from receiver.core.transitions import read_event
+from receiver.storage.account_table import StoredAccounts
 from receiver.storage.tables import InboxEvent, Source
 from receiver.store import Store
 from reconcile.client.paging import Pager
 from reconcile.core.diff import clean_text
 from reconcile.core.errors import ProcessorError, escape_id
+from reconcile.core.ownership import NO_PROFILE, Ownership
 from reconcile.core.report import SAMPLE, EventsReport
 from reconcile.storage.store import ReconcileStore
 
@@ -68,6 +76,7 @@ class EventsApi(Protocol):
         page_size: int = 100,
         max_requests: int | None = None,
         on_stuck: Any = "raise",
+        profile_id: str | None = None,
     ) -> Pager: ...
 
     def event_attempts(self, merchant_id: str, event_id: str) -> list[dict[str, Any]]: ...
@@ -127,10 +136,13 @@ class UndeliveredEvents:
         page_size: int = 100,
         max_requests: int = 1_000,
         account: str = DEFAULT_ACCOUNT,
+        accounts: AccountSource | None = None,
     ) -> None:
         """``max_requests`` bounds a run's requests on this path: the listing and the
         attempts fetched for each undelivered event together. ``account``: the processor
-        account ``merchant_id`` and ``secrets`` are (what it recovers is stored in it)."""
+        account ``merchant_id`` and ``secrets`` are (what it recovers is stored in it);
+        ``accounts``: the installation's, which tell which events are its (default: the
+        accounts stored in hookledger's table)."""
         self.api = api
         self.account = account
         self.inbox = inbox
@@ -145,12 +157,18 @@ class UndeliveredEvents:
         self.resend = resend
         self.page_size = page_size
         self.max_requests = max_requests
+        self.accounts: AccountSource = (
+            accounts if accounts is not None else StoredAccounts(inbox.accounts)
+        )
+        #: The rule of the run in progress (read afresh by each run).
+        self._ownership: Ownership | None = None
 
     def __repr__(self) -> str:
         return f"UndeliveredEvents(merchant_id={self.merchant_id!r}, resend={self.resend})"
 
     def run(self, start: datetime, end: datetime, report: EventsReport, *, dry_run: bool) -> None:
         cutover = self.inbox.operations.cutover(account=self.account)
+        ownership = self._ownership = Ownership(self.account, self.accounts)
         pager = self.api.iter_events(
             self.merchant_id,
             start,
@@ -159,6 +177,7 @@ class UndeliveredEvents:
             page_size=self.page_size,
             max_requests=self.max_requests,
             on_stuck="report",
+            profile_id=ownership.profile_filter,
         )
         self._spent = 0
         self._pager = pager
@@ -176,6 +195,9 @@ class UndeliveredEvents:
                     )
                     continue
                 assert isinstance(event_id, str)
+                if not ownership.owns_object(item):
+                    report.other_profiles[ownership.profile_of(item)] += 1
+                    continue
                 created = parse_timestamp(item.get("created"))
                 if cutover is not None and created is not None and created < cutover.at:
                     report.before_cutover += 1
@@ -300,6 +322,12 @@ class UndeliveredEvents:
         if event.event_id != event_id:
             report.bad_rows += 1
             _note(report.bad_rows_sample, f"event {shown}: its stored body carries another id")
+            return
+        if self._ownership is not None and not self._ownership.owns(
+            event.merchant_id, event.profile_id
+        ):
+            # Listed as this account's, yet its body names another profile: not stored.
+            report.other_profiles[event.profile_id or NO_PROFILE] += 1
             return
         known = self._known(event)
         if dry_run:

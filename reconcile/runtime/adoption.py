@@ -29,6 +29,8 @@ record of (:func:`receiver.core.guard.decide`). Objects with history of their ow
 dispatched as usual.
 
 ``reconcile adopt --new-account`` records that the account has nothing before hookledger.
+Like every path, adoption takes only this account's objects of the merchant
+(:mod:`reconcile.core.ownership`): another profile's are left to their own account.
 Its report is in :mod:`reconcile.runtime.adoption_report`; ``reconcile backfill``, which
 dispatches on request transitions adoption recorded, in :mod:`reconcile.runtime.backfill`.
 """
@@ -47,9 +49,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 import receiver.core.transitions as transitions
 import reconcile.core.diff as diff
-from receiver.core.accounts import DEFAULT_ACCOUNT
+from receiver.core.accounts import DEFAULT_ACCOUNT, AccountSource
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.guard import ADOPTED, CutOver
+from receiver.storage.account_table import StoredAccounts
 from receiver.storage.tables import Projection, Transition
 from receiver.store import Store
 from receiver.worker.runner import worker_name
@@ -57,6 +60,7 @@ from reconcile.client.paging import Pager
 from reconcile.client.processor import ProcessorClient
 from reconcile.core.diff import Remote
 from reconcile.core.errors import ProcessorError
+from reconcile.core.ownership import Ownership
 from reconcile.core.report import SAMPLE, KindReport
 from reconcile.recovery.recover import Recovery, RecoveryOptions
 from reconcile.recovery.sweep import FollowedObjects, SweepPolicy
@@ -127,9 +131,11 @@ class Adopter:
         clock: Clock = utcnow,
         owner: str | None = None,
         account: str = DEFAULT_ACCOUNT,
+        accounts: AccountSource | None = None,
     ) -> None:
         """``account``: the processor account ``client`` speaks for (``store``, when given,
-        must be that account's)."""
+        must be that account's); ``accounts``: the installation's, which tell which objects
+        are its (default: the accounts stored in hookledger's table)."""
         self.client = client
         self.inbox = inbox
         self.store = store or ReconcileStore(inbox.engine, clock=clock, account=account)
@@ -139,6 +145,9 @@ class Adopter:
             )
         self.clock = clock
         self.owner = owner or worker_name()
+        self.accounts: AccountSource = (
+            accounts if accounts is not None else StoredAccounts(inbox.accounts)
+        )
         self._pg = inbox.engine.dialect.name == "postgresql"
 
     def __repr__(self) -> str:
@@ -190,6 +199,7 @@ class Adopter:
         report = AdoptionReport(
             mode="adopted", dry_run=options.dry_run, cutover_at=cutover, history_ends=ends
         )
+        ownership = Ownership(self.store.account, self.accounts)
         recovery = Recovery(
             self.inbox,
             self.store,
@@ -201,6 +211,7 @@ class Adopter:
             ),
             options=RecoveryOptions(dry_run=options.dry_run),
             clock=self.clock,
+            ownership=ownership,
         )
         budget = options.max_requests
         followed = FollowedObjects(
@@ -268,10 +279,14 @@ class Adopter:
         options: AdoptOptions,
     ) -> tuple[bool, int]:
         """Adopt the objects of one window; returns (window complete, requests spent)."""
-        pager = adoption_pager(self.client, name, low, high, budget, options)
+        ownership = recovery.ownership
+        profile = ownership.profile_filter if ownership is not None else None
+        pager = adoption_pager(self.client, name, low, high, budget, options, profile)
         chunk: list[Remote] = []
         try:
             for row in pager:
+                if recovery.skip_other(row, part.other_profiles):
+                    continue
                 remote = _read(kind, row, part)
                 if remote is not None:
                     chunk.append(remote)
@@ -425,7 +440,13 @@ class Adopter:
 
 
 def adoption_pager(
-    client: ProcessorClient, name: str, low: datetime, high: datetime, budget: int, o: AdoptOptions
+    client: ProcessorClient,
+    name: str,
+    low: datetime,
+    high: datetime,
+    budget: int,
+    o: AdoptOptions,
+    profile_id: str | None = None,
 ) -> Pager:
     return kind_pager(
         client,
@@ -436,6 +457,7 @@ def adoption_pager(
         payouts_dialect=o.payouts_dialect,
         page_size=o.page_size,
         max_requests=budget,
+        profile_id=profile_id,
     )
 
 

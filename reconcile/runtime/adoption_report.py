@@ -29,6 +29,8 @@ class KindAdoption:
     bad_rows: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     requests: int = 0
+    #: Objects of other business profiles (not this account's), skipped, by profile id.
+    other_profiles: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class KindAdoption:
             "bad_rows": self.bad_rows,
             "incomplete": self.incomplete,
             "requests": self.requests,
+            "other_profiles": dict(sorted(self.other_profiles.items())),
         }
 
 
@@ -96,6 +99,13 @@ def render_adoption(report: dict[str, Any]) -> str:
             lines.append(f"{'':<9} recorded {n} x {state}")
         for state, n in k.get("dispatched", {}).items():
             lines.append(f"{'':<9} changed since, dispatched {n} x {state}")
+        others = k.get("other_profiles") or {}
+        if others:
+            shown = ", ".join(f"{profile} {n}" for profile, n in others.items())
+            lines.append(
+                f"{'':<9} skipped {sum(others.values())} of other profiles' (not this "
+                f"account's): {shown}"
+            )
         for label in ("incomplete", "bad_rows"):
             for item in k[label]:
                 lines.append(f"{'':<9} {label}: {item}")

@@ -73,18 +73,27 @@ class Backfill:
         followed = FollowedObjects(
             r.inbox.engine, policy=options.sweep_policy, clock=r.clock, account=r.store.account
         )
+        ownership = r.ownership()
         recovery = Recovery(
             r.inbox,
             r.store,
             followed,
             options=RecoveryOptions(dry_run=dry_run, source=Source.BACKFILL),
             clock=r.clock,
+            ownership=ownership,
         )
         for name in kinds:
             kind = KIND_NAMES[name]
             part = KindReport(window=window)
             report.kinds[name] = part
-            pager = adoption_pager(r.client, name, *window, options.max_requests, options)
+            pager = adoption_pager(
+                r.client,
+                name,
+                *window,
+                options.max_requests,
+                options,
+                ownership.profile_filter,
+            )
             try:
                 rows = list(pager)
             except ProcessorError as exc:

@@ -10,7 +10,10 @@
    the late changes no creation window shows.
 
 The diff is pure (:mod:`reconcile.core.diff`); recovering a missed transition is the same step
-for the lists and the sweep (:mod:`reconcile.recovery.recover`). One run at a time across hosts
+for the lists and the sweep (:mod:`reconcile.recovery.recover`). A merchant's key reads every
+business profile's objects: each path keeps only this account's
+(:mod:`reconcile.core.ownership`, the receive path's rule), asking the processor for the
+account's one profile where a list takes ``profile_id``. One run at a time across hosts
 (a database lock). The report (:mod:`reconcile.core.report`) is stored and returned.
 """
 
@@ -24,9 +27,10 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal, Protocol, cast
 
 import receiver.core.signals as signals
-from receiver.core.accounts import DEFAULT_ACCOUNT
+from receiver.core.accounts import DEFAULT_ACCOUNT, AccountSource
 from receiver.core.clock import Clock, as_utc, utcnow
 from receiver.core.transitions import is_settled
+from receiver.storage.account_table import StoredAccounts
 from receiver.store import Store
 from receiver.worker.runner import worker_name
 from reconcile.client.list_endpoints import RefundsDialect
@@ -41,6 +45,7 @@ from reconcile.core.errors import (
     ProcessorError,
     escape_id,
 )
+from reconcile.core.ownership import Ownership
 from reconcile.core.report import SAMPLE, EventsReport, KindReport, Report, SweepReport
 from reconcile.recovery.recover import Recovery, RecoveryOptions
 from reconcile.recovery.sweep import Due, FollowedObjects, SweepPolicy
@@ -138,10 +143,13 @@ def kind_pager(
     payouts_dialect: Literal["get", "post"] = "get",
     page_size: int = 100,
     max_requests: int = DEFAULT_MAX_REQUESTS,
+    profile_id: str | None = None,
 ) -> Pager:
     """The pager over one listed kind's objects created in ``[start, end]``, in report mode
     (a stuck window is reported, never raised), within ``max_requests``. The seed dialect
-    of the payments list also picks the seed's refund filters."""
+    of the payments list also picks the seed's refund filters. ``profile_id`` is sent where
+    the list takes one (refunds, the payouts' POST list, disputes); the payments list and the
+    payouts' GET list take none (their rows are filtered by the caller)."""
     budget: dict[str, Any] = {"on_stuck": "report", "max_requests": max_requests}
     if name == "payments":
         return client.iter_payments(
@@ -149,12 +157,20 @@ def kind_pager(
         )
     if name == "refunds":
         dialect: RefundsDialect = "seed" if payments_dialect == "seed" else "hyperswitch"
-        return client.iter_refunds(start, end, dialect=dialect, page_size=page_size, **budget)
+        profile = profile_id if dialect == "hyperswitch" else None
+        return client.iter_refunds(
+            start, end, dialect=dialect, page_size=page_size, profile_id=profile, **budget
+        )
     if name == "payouts":
         size = min(page_size, 20) if payouts_dialect == "post" else page_size
-        return client.iter_payouts(start, end, dialect=payouts_dialect, page_size=size, **budget)
+        profile = profile_id if payouts_dialect == "post" else None
+        return client.iter_payouts(
+            start, end, dialect=payouts_dialect, page_size=size, profile_id=profile, **budget
+        )
     if name == "disputes":
-        return client.iter_disputes(start, end, page_size=page_size, **budget)
+        return client.iter_disputes(
+            start, end, page_size=page_size, profile_id=profile_id, **budget
+        )
     raise ValueError(f"{name} has no list (choose from {', '.join(LISTED_KINDS)})")
 
 
@@ -197,10 +213,13 @@ class Reconciler:
         owner: str | None = None,
         events: EventsPath | None = None,
         account: str = DEFAULT_ACCOUNT,
+        accounts: AccountSource | None = None,
     ) -> None:
         """``account``: the processor account ``client`` (and ``events``) speak for; what
         the run reads and writes is that account's alone (``store``, when given, must be
-        that account's)."""
+        that account's). ``accounts``: the installation's accounts, which tell which of the
+        objects ``client`` reads are ``account``'s (:mod:`reconcile.core.ownership`;
+        default: the accounts stored in hookledger's table)."""
         self.client = client
         self.inbox = inbox
         self.store = store or ReconcileStore(inbox.engine, clock=clock, account=account)
@@ -217,6 +236,14 @@ class Reconciler:
         self.progress = progress
         self.owner = owner or worker_name()
         self.events = events
+        self.accounts: AccountSource = (
+            accounts if accounts is not None else StoredAccounts(inbox.accounts)
+        )
+
+    def ownership(self) -> Ownership:
+        """Which objects are this account's, read afresh (once per run: an account
+        added or changed since the last run counts)."""
+        return Ownership(self.store.account, self.accounts)
 
     def __repr__(self) -> str:
         return f"Reconciler(client={self.client!r}, account={self.store.account!r})"
@@ -253,6 +280,7 @@ class Reconciler:
             report = Report(
                 run_id=run_id, mode=options.mode, dry_run=options.dry_run, started_at=started
             )
+            ownership = self.ownership()
             recovery = Recovery(
                 self.inbox,
                 self.store,
@@ -265,6 +293,7 @@ class Reconciler:
                 options=RecoveryOptions(merchant_id=options.merchant_id, dry_run=options.dry_run),
                 fetch=self._fetch,
                 clock=self.clock,
+                ownership=ownership,
             )
             if self.events is not None and options.events:
                 self._events(options, started, report)
@@ -352,7 +381,13 @@ class Reconciler:
         end = min(truncate_ms(options.until), now) if options.until is not None else now
         return self._start(kind, options, end), end
 
-    def _pager(self, name: str, window: tuple[datetime, datetime], o: ReconcileOptions) -> Pager:
+    def _pager(
+        self,
+        name: str,
+        window: tuple[datetime, datetime],
+        o: ReconcileOptions,
+        profile_id: str | None,
+    ) -> Pager:
         return kind_pager(
             self.client,
             name,
@@ -361,6 +396,7 @@ class Reconciler:
             payouts_dialect=o.payouts_dialect,
             page_size=o.page_size,
             max_requests=o.max_requests,
+            profile_id=profile_id,
         )
 
     def _list_kind(
@@ -376,7 +412,8 @@ class Reconciler:
         window = self._window(kind, options, now)
         part = KindReport(window=window)
         report.kinds[name] = part
-        pager = self._pager(name, window, options)
+        profile = recovery.ownership.profile_filter if recovery.ownership is not None else None
+        pager = self._pager(name, window, options, profile)
         # The next pages are fetched (in a thread, a bounded read-ahead) while a chunk is
         # diffed and written, so a run costs about the larger of listing and writing.
         chunks = Prefetch(
@@ -388,7 +425,11 @@ class Reconciler:
         try:
             with chunks:
                 for chunk in chunks:
-                    remotes = recovery.read(kind, chunk, part)
+                    others: list[str] = []
+                    remotes = recovery.read(kind, chunk, part, others=others)
+                    # Seen at the processor, another profile's: not "known only locally"
+                    # where an earlier version put it in this account's projection.
+                    self.store.mark_seen(run_id, kind, others)
                     recovery.process(kind, _distinct(remotes), part, run_id=run_id)
                     if self.progress is not None:
                         self.progress(name, part.checked)
@@ -460,7 +501,10 @@ class Reconciler:
                 part.remote_errors.append(f"{type(exc).__name__}: {exc}")
                 log.error("sweeping %s failed: %s", kind, type(exc).__name__)
                 break
-        remotes = _distinct(recovery.read(kind, fetched, part))
+        others: list[str] = []
+        remotes = _distinct(recovery.read(kind, fetched, part, others=others))
+        if others and not recovery.options.dry_run:
+            recovery.followed.set_aside(kind, others)
         kept = recovery.process(kind, remotes, part, confirm_ahead=False)
         part.settled = sum(
             1

@@ -58,7 +58,8 @@ Sandbox admin routes (no ``api-key``, no faults; they exist only in the sandbox)
     POST   /__sandbox/payouts/<id>/fail           {"reason"?} initiated|pending -> failed
     POST   /__sandbox/mandates                    {"customer_id"?, "card_number"?,
                                                    "card_exp_month"?, "card_exp_year"?,
-                                                   "card_holder_name"?, "customer_acceptance"?}
+                                                   "card_holder_name"?, "customer_acceptance"?,
+                                                   "profile_id"?}
                                                   create an active mandate
     POST   /__sandbox/mandates/<id>/revoke        revoke (as POST /mandates/revoke/<id>)
     POST   /__sandbox/clock                       {"now": ts} | {"advance_seconds": n} |
@@ -398,7 +399,7 @@ def _register_admin(app: Flask, sandbox: Sandbox) -> None:
         body = _body()
         names = ("customer_id", "card_number", "card_exp_month", "card_exp_year")
         options: dict[str, Any] = {}
-        for name in (*names, "card_holder_name"):
+        for name in (*names, "card_holder_name", "profile_id"):
             value = body.get(name)
             if value is not None and not isinstance(value, str):
                 raise invalid(f"{name} must be a string")

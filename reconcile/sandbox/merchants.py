@@ -2,16 +2,18 @@
 :class:`MerchantsApp` (the WSGI app) and :class:`MerchantsServer` (it, on loopback).
 
 Each merchant is a :class:`~reconcile.sandbox.state.Sandbox` of its own: its API key, admin
-key, merchant and profile ids, webhook URL and signing secret, objects, faults, rate limit and
-clock. One :func:`~reconcile.sandbox.app.create_app` app is built per merchant, and every
+key, merchant id, business profiles (each with its webhook URL and signing secret: see
+:meth:`~reconcile.sandbox.state.Sandbox.add_profile`), objects, faults, rate limit and clock.
+One :func:`~reconcile.sandbox.app.create_app` app is built per merchant, and every
 request is handed to one of them:
 
 - **API routes**: the ``api-key`` header picks the merchant whose API key it is, so the same
   ``payment_id`` may live in two merchants and each key sees only its own. A key that is no
   merchant's is answered by the first merchant's app, whose guard refuses it: 401 ``AU_01``,
   the same answer (body and headers) a single sandbox gives an unknown key.
-- **Events API** (``/events/<merchant_id>/...``, admin key): the merchant (or profile) id in
-  the path picks the merchant, whose app checks *its* admin key. An id no merchant has goes
+- **Events API** (``/events/<merchant_id>/...``, admin key): the merchant id, or the id of
+  one of its business profiles (those added later too), in the path picks the merchant,
+  whose app checks *its* admin key. An id no merchant has goes
   to the merchant whose admin key the request carries (404 ``Merchant account`` not found, as
   a single sandbox answers another merchant's id), or, with no such key, is refused (401).
 - **Sandbox admin routes** (no key): ``GET /__sandbox/merchants`` lists the merchants (ids
@@ -21,7 +23,8 @@ request is handed to one of them:
   long form.
 
 Merchant ids, profile ids and API keys must tell the merchants apart (a
-:class:`~receiver.core.errors.ConfigurationError` otherwise); admin keys may be shared, as
+:class:`~receiver.core.errors.ConfigurationError` otherwise; a profile added later under an id
+another merchant uses is found in that merchant's first); admin keys may be shared, as
 Hyperswitch's one admin key serves every merchant.
 
 ::
@@ -59,14 +62,16 @@ class MerchantsApp:
         self._sandboxes: tuple[Sandbox, ...] = tuple(sandboxes)
         if not self._sandboxes:
             raise ConfigurationError("the sandbox needs at least one merchant")
-        self._by_id: dict[str, Sandbox] = {}
+        self._by_merchant: dict[str, Sandbox] = {}
+        used: set[str] = set()
         for index, sandbox in enumerate(self._sandboxes):
-            for name in dict.fromkeys((sandbox.merchant_id, sandbox.profile_id)):
-                if name in self._by_id:
+            for name in dict.fromkeys((sandbox.merchant_id, *sandbox.profile_ids)):
+                if name in used:
                     raise ConfigurationError(
                         f"merchant and profile ids must be unique: {name!r} is used twice"
                     )
-                self._by_id[name] = sandbox
+                used.add(name)
+            self._by_merchant[sandbox.merchant_id] = sandbox
             for other in self._sandboxes[:index]:
                 if sandbox.shares_api_key_with(other):
                     raise ConfigurationError(
@@ -85,7 +90,17 @@ class MerchantsApp:
 
     def sandbox(self, merchant_id: str) -> Sandbox:
         """The merchant with that merchant (or profile) id (:class:`KeyError` if none)."""
-        return self._by_id[merchant_id]
+        found = self._named(merchant_id)
+        if found is None:
+            raise KeyError(merchant_id)
+        return found
+
+    def _named(self, name: str) -> Sandbox | None:
+        """The merchant whose id, or the id of one of whose profiles, ``name`` is."""
+        found = self._by_merchant.get(name)
+        if found is None:
+            found = next((s for s in self._sandboxes if s.has_profile(name)), None)
+        return found
 
     def app_for(self, merchant_id: str) -> Flask:
         """The Flask app of one merchant (the one its requests are handed to)."""
@@ -97,7 +112,7 @@ class MerchantsApp:
             return self._admin(environ, start_response, path)
         given: str | None = environ.get("HTTP_API_KEY")
         if path.startswith(EVENTS_PREFIX):
-            named = self._by_id.get(path[len(EVENTS_PREFIX) :].split("/", 1)[0])
+            named = self._named(path[len(EVENTS_PREFIX) :].split("/", 1)[0])
             target = named or self._by_admin_key(given) or self._sandboxes[0]
         else:
             target = self._by_api_key(given) or self._sandboxes[0]
@@ -123,7 +138,7 @@ class MerchantsApp:
             return self._answer(self.listing())(environ, start_response)
         if path.startswith(MERCHANTS_PREFIX + "/"):
             merchant_id, _, rest = path[len(MERCHANTS_PREFIX) + 1 :].partition("/")
-            sandbox = self._by_id.get(merchant_id)
+            sandbox = self._named(merchant_id)
             if sandbox is None:
                 error = not_found("Merchant account")
                 return self._answer(error.body(), error.status)(environ, start_response)
@@ -139,12 +154,17 @@ class MerchantsApp:
         return self._answer(error.body(), error.status)(environ, start_response)
 
     def listing(self) -> list[dict[str, Any]]:
-        """The merchants as ``GET /__sandbox/merchants`` answers them (no key, no secret)."""
+        """The merchants as ``GET /__sandbox/merchants`` answers them (no key, no secret):
+        the default profile's id and webhook URL, and every profile's in ``profiles``."""
         return [
             {
                 "merchant_id": s.merchant_id,
                 "profile_id": s.profile_id,
                 "webhook_url": s.webhook_url,
+                "profiles": [
+                    {"profile_id": p, "webhook_url": s.profile(p).webhook_url}
+                    for p in s.profile_ids
+                ],
                 "admin_path": f"{MERCHANTS_PREFIX}/{s.merchant_id}",
             }
             for s in self._sandboxes

@@ -170,6 +170,7 @@ def world(
             admin_api_key=ADMIN_KEY,
             webhook_url=MERCHANT_URL,
             webhook_secret=secret,
+            profile_id="pro_world",
             send=wsgi_sender(app.wsgi_app),
             seed=seed,
         )

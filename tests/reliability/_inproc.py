@@ -129,7 +129,6 @@ def card_payment_body(
             }
         },
         "metadata": {"order_id": order_id or payment_id},
-        "profile_id": "pro_reliability",
     }
 
 

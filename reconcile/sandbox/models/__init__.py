@@ -11,8 +11,9 @@ no value, timestamps as ISO 8601 UTC with milliseconds and ``Z``.
 domain: :mod:`~reconcile.sandbox.models.payments` (payments, their card and captures),
 :mod:`~reconcile.sandbox.models.refunds`, :mod:`~reconcile.sandbox.models.payouts`,
 :mod:`~reconcile.sandbox.models.disputes`, :mod:`~reconcile.sandbox.models.mandates`,
-:mod:`~reconcile.sandbox.models.customers`; what their answers share (the connector's names,
-the projections of echoed request objects) in :mod:`~reconcile.sandbox.models.shaping`.
+:mod:`~reconcile.sandbox.models.customers`, the business profiles whose URL and key a webhook
+takes (:mod:`~reconcile.sandbox.models.profiles`); what their answers share (the connector's
+names, the projections of echoed request objects) in :mod:`~reconcile.sandbox.models.shaping`.
 """
 
 from reconcile.sandbox.clock import iso_or_none
@@ -21,6 +22,7 @@ from reconcile.sandbox.models.disputes import DISPUTE_CONNECTOR_STATUS, Dispute
 from reconcile.sandbox.models.mandates import Mandate
 from reconcile.sandbox.models.payments import Capture, CardInfo, Payment
 from reconcile.sandbox.models.payouts import Payout
+from reconcile.sandbox.models.profiles import BusinessProfile
 from reconcile.sandbox.models.refunds import Refund
 from reconcile.sandbox.models.shaping import (
     CONNECTOR,
@@ -36,6 +38,7 @@ __all__ = [
     "CONNECTOR",
     "DISPUTE_CONNECTOR_STATUS",
     "MERCHANT_CONNECTOR_ID",
+    "BusinessProfile",
     "Capture",
     "CardInfo",
     "Customer",

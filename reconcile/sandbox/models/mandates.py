@@ -25,6 +25,9 @@ class Mandate:
     customer_acceptance: JSONDict | None = None
     #: The payment that set it up (``None`` for one made by the sandbox admin).
     payment_id: str | None = None
+    #: Its business profile (its payment's): where its webhooks go. ``MandateResponse``
+    #: does not show it.
+    profile_id: str = ""
     revoked_at: datetime | None = None
 
     def to_api(self) -> JSONDict:

@@ -1,9 +1,9 @@
 """What every area of the sandbox shares: :class:`SandboxBase`.
 
-The constructor, the one lock, configuration and lifecycle (keys, clock, webhook delivery),
-stats, the in-memory stores and the ``created`` index of payments, finding an object or
-refusing, and setting a status with its webhook; the id generator and the few names several
-areas use. Each area of the API is a mixin over this base (see
+The constructor, the one lock, configuration and lifecycle (keys, business profiles, clock,
+webhook delivery), stats, the in-memory stores and the ``created`` index of payments,
+finding an object or refusing, and setting a status with its webhook; the id generator and
+the few names several areas use. Each area of the API is a mixin over this base (see
 :class:`~reconcile.sandbox.state.sandbox.Sandbox`).
 """
 
@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Final
 from receiver.core.errors import ConfigurationError
 from receiver.core.status import event_type_for_status
 from reconcile.sandbox.clock import Clock, truncate_ms, utcnow
-from reconcile.sandbox.errors import invalid, not_found
+from reconcile.sandbox.errors import invalid, missing, not_found
 from reconcile.sandbox.faults import FaultController, RateLimiter
 from reconcile.sandbox.listing import Window
 from reconcile.sandbox.models import (
+    BusinessProfile,
     CardInfo,
     Customer,
     Dispute,
@@ -74,7 +75,7 @@ class SandboxBase:
     _api_key: str
     _admin_api_key: str | None
     _clock: Clock
-    _webhook_secret: str
+    _profiles: dict[str, BusinessProfile]
     _stopping: threading.Event
     _seq: int
     _payments: dict[str, Payment]
@@ -124,16 +125,18 @@ class SandboxBase:
         #: Base URL used in ``next_action.redirect_to_url`` (the server sets it when it binds).
         self.public_url = public_url
         self._clock: Clock = now or utcnow
-        self._webhook_secret = webhook_secret or "".join(
-            secrets.choice(_ALPHANUMERIC) for _ in range(64)
-        )
+        # The merchant account's key, which its default profile inherits (and so does a
+        # profile created later without one of its own).
+        self._profiles = {
+            profile_id: BusinessProfile(profile_id, webhook_url, webhook_secret or _new_key())
+        }
         self.faults = FaultController(self.lock, seed)
         self.rate_limiter = RateLimiter(rate_limit_per_minute)
         self.webhooks = WebhookDispatcher(
             lock=self.lock,
             merchant_id=merchant_id,
-            secret=self._webhook_secret,
-            url=webhook_url,
+            profiles=self._profiles,
+            default_profile=profile_id,
             retry_schedule=retry_schedule,
             timeout=webhook_timeout,
             faults=self.faults,
@@ -163,8 +166,63 @@ class SandboxBase:
 
     @property
     def webhook_secret(self) -> str:
-        """The key webhooks are signed with (never logged, not in reprs)."""
-        return self._webhook_secret
+        """The default profile's signing key, the merchant account's (never logged, not in
+        reprs); another profile's is :meth:`profile`'s ``webhook_secret``."""
+        return self._profiles[self.profile_id].webhook_secret
+
+    def add_profile(
+        self,
+        profile_id: str | None = None,
+        *,
+        webhook_url: str | None = None,
+        webhook_secret: str | None = None,
+    ) -> BusinessProfile:
+        """Create another business profile of this merchant: its own webhook URL and signing
+        key (``payment_response_hash_key``), e.g. a second brand::
+
+            us = sandbox.add_profile("pro_brand_us", webhook_url=url, webhook_secret=key)
+            sandbox.create_payment({..., "profile_id": us.profile_id})
+
+        Objects created with its ``profile_id`` (payments, payouts; their refunds, disputes
+        and mandates follow their payment) are its: their webhooks are signed with its key
+        and sent to its URL. Once the merchant has several profiles, a payment or payout
+        create must name its ``profile_id`` (Hyperswitch's rule; 400 otherwise); the sandbox's
+        own helpers (:meth:`seed_payments`, :meth:`create_mandate`) still default to the
+        first profile. ``profile_id`` of ``None`` generates one (``pro_`` and 20
+        letters and digits); ``webhook_secret`` of ``None`` inherits the merchant account's
+        key (:attr:`webhook_secret`), as Hyperswitch's profile create does, so pass one for a
+        key of its own. A profile id already used raises
+        :class:`~receiver.core.errors.ConfigurationError`.
+        """
+        if webhook_secret is not None and not webhook_secret:
+            raise ConfigurationError("the webhook secret must not be empty")
+        if profile_id is not None and not (isinstance(profile_id, str) and profile_id.strip()):
+            raise ConfigurationError("a profile id must be a non-empty text")
+        with self.lock:
+            chosen = profile_id or "pro_" + "".join(
+                secrets.choice(_ALPHANUMERIC) for _ in range(20)
+            )
+            if chosen in self._profiles or chosen == self.merchant_id:
+                raise ConfigurationError(f"profile id {chosen!r} is already used")
+            profile = BusinessProfile(chosen, webhook_url, webhook_secret or self.webhook_secret)
+            self._profiles[chosen] = profile
+            return profile
+
+    def profile(self, profile_id: str) -> BusinessProfile:
+        """The business profile ``profile_id`` (:class:`KeyError` if the merchant has none)."""
+        with self.lock:
+            return self._profiles[profile_id]
+
+    @property
+    def profile_ids(self) -> tuple[str, ...]:
+        """The merchant's business profiles, the default one first."""
+        with self.lock:
+            return tuple(self._profiles)
+
+    def has_profile(self, profile_id: str) -> bool:
+        """Whether ``profile_id`` is one of the merchant's business profiles."""
+        with self.lock:
+            return profile_id in self._profiles
 
     @property
     def webhook_url(self) -> str | None:
@@ -310,8 +368,26 @@ class SandboxBase:
         return customer
 
     def _check_merchant(self, merchant_id: str) -> None:
-        if merchant_id not in (self.merchant_id, self.profile_id):
+        if merchant_id != self.merchant_id and merchant_id not in self._profiles:
             raise not_found("Merchant account")
+
+    def _profile_of_request(self, profile_id: str | None) -> str:
+        """The profile an object is created under: the request's, which must be one of the
+        merchant's (404 otherwise, as Hyperswitch answers), else the default profile, as
+        long as the merchant has only that one (with several, Hyperswitch requires
+        ``profile_id``: its merchant account then has no default profile)."""
+        if profile_id is None:
+            if len(self._profiles) > 1:
+                raise missing("profile_id")
+            return self.profile_id
+        if profile_id not in self._profiles:
+            raise not_found("Business profile")
+        return profile_id
+
+    def _helper_profile(self, profile_id: str | None) -> str:
+        """The profile a sandbox helper (seeding, a mandate made directly) creates under: the
+        one named (checked), else the first."""
+        return self.profile_id if profile_id is None else self._profile_of_request(profile_id)
 
     def _mandate_card(self, mandate_id: str) -> CardInfo:
         mandate = self._mandates.get(mandate_id)
@@ -386,6 +462,7 @@ class SandboxBase:
             customer_id: str | None,
             acceptance: JSONDict | None,
             payment_id: str | None,
+            profile_id: str,
         ) -> Mandate: ...
 
         # DisputesMixin (reconcile.sandbox.state.disputes); time passing calls it.
@@ -397,6 +474,11 @@ class SandboxBase:
             reason_code: str | None,
             stage: str,
         ) -> Dispute: ...
+
+
+def _new_key() -> str:
+    """A signing key as Hyperswitch generates one: 64 letters and digits."""
+    return "".join(secrets.choice(_ALPHANUMERIC) for _ in range(64))
 
 
 def _same(given: str | None, expected: str) -> bool:

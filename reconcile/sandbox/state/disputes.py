@@ -152,7 +152,7 @@ class DisputesMixin(SandboxBase):
     ) -> list[JSONDict]:
         """``GET /disputes/list``: a bare JSON array, newest first, ``limit``/``offset``,
         ``start_time``/``end_time`` on ``created_at``, comma-separated ``dispute_status``,
-        ``dispute_stage`` and ``currency``."""
+        ``dispute_stage`` and ``currency``, ``profile_id`` (one business profile's)."""
         params = query_params(items, _GET_DISPUTES_PARAMS)
         limit = limit_from_query(params.get("limit"), default=100, maximum=100)
         offset = offset_from(params.get("offset"))
@@ -163,7 +163,7 @@ class DisputesMixin(SandboxBase):
         statuses = csv_values(params, "dispute_status")
         stages = csv_values(params, "dispute_stage")
         currencies = csv_values(params, "currency")
-        single = {k: params.get(k) for k in ("payment_id", "dispute_id", "reason")}
+        single = {k: params.get(k) for k in ("payment_id", "dispute_id", "reason", "profile_id")}
         if list_fault == IGNORE_FILTERS:
             window, statuses, stages, currencies = Window(), None, None, None
             single = {}

@@ -55,8 +55,12 @@ class EventsApiMixin(SandboxBase):
         90 days are listed), ``limit`` (0..100, default 100), ``offset``, ``profile_id``,
         ``event_classes``, ``event_types``, ``is_delivered``; ``event_id`` or ``object_id``
         switch to a lookup of that event or of that object's events (the other constraints
-        are then ignored). Newest first. Every emitted event is listed, including dropped
-        and undelivered ones (``is_delivery_successful: false``).
+        are then ignored, except the profile). Newest first. Every emitted event is listed,
+        including dropped and undelivered ones (``is_delivery_successful: false``).
+
+        ``profile_id`` (which must be one of the merchant's business profiles: 404
+        otherwise) lists that profile's events only, as does a profile id in the path in
+        place of the merchant id (the older ``/events/{merchant_id_or_profile_id}``).
         """
         self._check_merchant(merchant_id)
         unknown = set(body) - _EVENT_LIST_FIELDS
@@ -84,11 +88,14 @@ class EventsApiMixin(SandboxBase):
         if delivered is not None and not isinstance(delivered, bool):
             raise invalid("is_delivered must be true or false")
         profile_id = fields.string(body, "profile_id")
+        if profile_id is not None and not self.has_profile(profile_id):
+            raise not_found("Business profile")
+        profiles = {p for p in (profile_id, self._path_profile(merchant_id)) if p is not None}
         event_id = fields.string(body, "event_id")
         object_id = fields.string(body, "object_id")
         window = Window(after or oldest, before)
         if list_fault == IGNORE_FILTERS:
-            window, classes, types, delivered, profile_id = Window(), None, None, None, None
+            window, classes, types, delivered, profiles = Window(), None, None, None, set()
             event_id = object_id = None
         if list_fault is not None:
             offset, window = 0, Window(window.start, None)
@@ -96,7 +103,11 @@ class EventsApiMixin(SandboxBase):
             None if classes is None else set().union(*(_CLASS_EVENT_TYPES[c] for c in classes))
         )
         with self.lock:
-            events = sorted(self.webhooks.events(), key=lambda e: (e.created, e.seq), reverse=True)
+            events = sorted(
+                (e for e in self.webhooks.events() if all(e.profile_id == p for p in profiles)),
+                key=lambda e: (e.created, e.seq),
+                reverse=True,
+            )
             if event_id is not None:
                 matches = [e for e in events if e.event_id == event_id]
             elif object_id is not None:
@@ -109,7 +120,6 @@ class EventsApiMixin(SandboxBase):
                     and (types is None or e.event_type in types)
                     and (allowed_types is None or e.event_type in allowed_types)
                     and (delivered is None or e.is_delivery_successful == delivered)
-                    and (profile_id is None or e.profile_id == profile_id)
                 ]
             page = matches[offset : offset + limit]
             return {
@@ -127,7 +137,7 @@ class EventsApiMixin(SandboxBase):
         self._check_merchant(merchant_id)
         with self.lock:
             event = self.webhooks.find(event_id)
-            if event is None:
+            if event is None or not self._in_path(merchant_id, event.profile_id):
                 raise not_found("Event")
             return [event.to_retrieve(self.merchant_id, a) for a in event.delivery_attempts]
 
@@ -138,6 +148,9 @@ class EventsApiMixin(SandboxBase):
         answers the new ``manual_retry`` attempt's ``EventRetrieveResponse``.
         """
         self._check_merchant(merchant_id)
+        found = self.webhooks.find(event_id)
+        if found is not None and not self._in_path(merchant_id, found.profile_id):
+            raise not_found("Event")
         try:
             result = self.webhooks.retry(event_id)
         except LookupError as exc:
@@ -147,3 +160,13 @@ class EventsApiMixin(SandboxBase):
         event, attempt = result
         with self.lock:
             return event.to_retrieve(self.merchant_id, attempt)
+
+    def _path_profile(self, merchant_id: str) -> str | None:
+        """The profile a path names in place of the merchant id, if it does."""
+        return merchant_id if merchant_id != self.merchant_id else None
+
+    def _in_path(self, merchant_id: str, profile_id: str) -> bool:
+        """Whether an event of ``profile_id`` is reached through the path's merchant id (a
+        profile id there reaches that profile's events only)."""
+        named = self._path_profile(merchant_id)
+        return named is None or named == profile_id

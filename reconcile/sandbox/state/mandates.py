@@ -59,10 +59,13 @@ class MandatesMixin(SandboxBase):
         card_exp_year: str = "2099",
         card_holder_name: str | None = None,
         acceptance: Mapping[str, Any] | None = None,
+        profile_id: str | None = None,
     ) -> JSONDict:
         """Create an ``active`` card mandate directly (sandbox admin; ``mandate_active``).
 
-        ``customer_id`` must be an existing customer when given.
+        ``customer_id`` must be an existing customer when given; ``profile_id`` (one of the
+        merchant's, else the default profile) is the business profile whose URL and key its
+        webhooks take.
         """
         body = {
             "payment_method_data": {
@@ -78,12 +81,14 @@ class MandatesMixin(SandboxBase):
         card, _, _ = payment_method_from(body)
         assert card is not None
         with self.lock:
+            profile = self._helper_profile(profile_id)
             customer = self._require_customer(customer_id)
             mandate = self._new_mandate(
                 card,
                 customer.customer_id if customer else None,
                 customer_acceptance(acceptance) if acceptance is not None else None,
                 None,
+                profile,
             )
             return mandate.to_api()
 
@@ -100,7 +105,9 @@ class MandatesMixin(SandboxBase):
                 raise conflict("Mandate has already been revoked")
             mandate.status = "revoked"
             mandate.revoked_at = self.now()
-            self._emit("mandate", mandate.mandate_id, "revoked", mandate.to_api(), self.profile_id)
+            self._emit(
+                "mandate", mandate.mandate_id, "revoked", mandate.to_api(), mandate.profile_id
+            )
             return mandate.to_revoked_api()
 
     def list_customer_mandates(self, customer_id: str) -> list[JSONDict]:
@@ -121,6 +128,7 @@ class MandatesMixin(SandboxBase):
         customer_id: str | None,
         acceptance: JSONDict | None,
         payment_id: str | None,
+        profile_id: str,
     ) -> Mandate:
         mandate = Mandate(
             mandate_id=new_id("man_"),
@@ -132,7 +140,8 @@ class MandatesMixin(SandboxBase):
             created=self.now(),
             customer_acceptance=acceptance,
             payment_id=payment_id,
+            profile_id=profile_id,
         )
         self._mandates[mandate.mandate_id] = mandate
-        self._emit("mandate", mandate.mandate_id, "active", mandate.to_api(), self.profile_id)
+        self._emit("mandate", mandate.mandate_id, "active", mandate.to_api(), profile_id)
         return mandate

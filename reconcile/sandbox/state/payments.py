@@ -91,7 +91,7 @@ class PaymentsMixin(SandboxBase):
         billing = fields.obj(body, "billing")
         shipping = fields.obj(body, "shipping")
         order_details = fields.array(body, "order_details")
-        profile_id = fields.string(body, "profile_id") or self.profile_id
+        profile_id = self._profile_of_request(fields.string(body, "profile_id"))
         mandate = _mandate_request(body)
         mandate_id = fields.string(body, "mandate_id")
         partial = fields.boolean(body, "enable_partial_authorization")
@@ -400,6 +400,7 @@ class PaymentsMixin(SandboxBase):
                 payment.customer.customer_id if payment.customer else None,
                 payment.customer_acceptance,
                 payment.payment_id,
+                payment.profile_id,
             )
             payment.mandate_id = mandate.mandate_id
             payment.payment_method_id = mandate.payment_method_id

@@ -65,7 +65,7 @@ class PayoutsMixin(SandboxBase):
             for name in ("name", "email", "phone", "phone_country_code")
         }
         auto_fulfill = fields.boolean(body, "auto_fulfill")
-        profile_id = fields.string(body, "profile_id") or self.profile_id
+        profile_id = self._profile_of_request(fields.string(body, "profile_id"))
         return_url = fields.string(body, "return_url", max_length=1024) or self.return_url
         country = fields.string(body, "business_country", max_length=2) or self.business_country
         entity_type = fields.string(body, "entity_type", choices=PAYOUT_ENTITY_TYPES)

@@ -38,6 +38,17 @@ class Sandbox(
     ``business_country`` are the business profile's defaults that payouts report when a
     request gives none (``PayoutCreateResponse`` requires both).
 
+    **Business profiles.** The merchant starts with one profile, ``profile_id``, whose
+    webhook URL and key are ``webhook_url`` and ``webhook_secret`` (the merchant account's);
+    :meth:`Sandbox.add_profile` adds another with its own URL and key (a second brand of the
+    same merchant). An object is created under the request's ``profile_id`` (which must be
+    one of the merchant's: 404 otherwise; required once there are several, as Hyperswitch
+    requires it), refunds and disputes take their payment's, mandates the payment's that set
+    them up; each webhook is signed with its object's profile's key and sent to its URL.
+    ``POST /refunds/list``, ``POST /payouts/list``, ``GET /disputes/list`` and the events API
+    filter by ``profile_id``; ``GET /payments/list`` and ``GET /payouts/list`` refuse it (an
+    unknown query parameter is a 400 there, as on the real server).
+
     A :class:`Sandbox` holds payments, refunds, payouts, customers, disputes and mandates in
     memory behind one lock, runs their state machines, and emits a webhook whenever an object
     reaches a status that :func:`receiver.core.status.event_type_for_status` maps to an event

@@ -31,6 +31,7 @@ class SeedingMixin(SandboxBase):
         customer_id: str | None = None,
         emit_webhooks: bool = False,
         id_prefix: str = "pay_",
+        profile_id: str | None = None,
     ) -> list[str]:
         """Create ``n`` payments directly in the state, fast (for benchmarks and tests).
 
@@ -38,7 +39,8 @@ class SeedingMixin(SandboxBase):
         equal when ``created_to`` is omitted). ``status`` cycles through the given statuses
         (``succeeded``, ``failed``, ``requires_capture``, ``processing``, ``cancelled``,
         ``requires_payment_method``, ``requires_customer_action``); ``amount`` may be a
-        function of the index. No webhooks unless ``emit_webhooks``. Returns the new ids.
+        function of the index. No webhooks unless ``emit_webhooks``. ``profile_id``: one of
+        the merchant's business profiles (default: the first). Returns the new ids.
         """
         statuses = [status] if isinstance(status, str) else list(status)
         supported = {
@@ -57,6 +59,7 @@ class SeedingMixin(SandboxBase):
         decline = TEST_CARDS["4000000000000002"]
         ids: list[str] = []
         with self.lock:
+            profile = self._helper_profile(profile_id)
             customer = None
             if customer_id is not None:
                 customer = self._customers.get(customer_id)
@@ -71,7 +74,7 @@ class SeedingMixin(SandboxBase):
                     payment_id=payment_id,
                     seq=self._next_seq(),
                     merchant_id=self.merchant_id,
-                    profile_id=self.profile_id,
+                    profile_id=profile,
                     status="requires_payment_method",
                     amount=value,
                     currency=currency,
@@ -93,9 +96,7 @@ class SeedingMixin(SandboxBase):
                 self._payment_order.append(payment_id)
                 ids.append(payment_id)
                 if emit_webhooks:
-                    self._emit(
-                        "payment", payment_id, payment.status, payment.to_api(), self.profile_id
-                    )
+                    self._emit("payment", payment_id, payment.status, payment.to_api(), profile)
             order = sorted(range(len(self._payment_keys)), key=self._payment_keys.__getitem__)
             self._payment_keys = [self._payment_keys[i] for i in order]
             self._payment_order = [self._payment_order[i] for i in order]

@@ -1,5 +1,11 @@
 """The sandbox's webhook dispatcher: emits events and delivers them, with retries and faults.
 
+**Per business profile.** An event belongs to its object's business profile
+(:class:`~reconcile.sandbox.models.BusinessProfile`): it is signed with that profile's key when
+it is emitted and sent to that profile's webhook URL (read when each attempt is sent, so a URL
+changed later takes effect for retries), as Hyperswitch does (``hyperswitch-facts.md``
+section 1).
+
 **At most one event per (object id, event type), ever** (Hyperswitch's idempotent event id):
 an object that reaches a status whose event was already emitted emits nothing.
 
@@ -29,7 +35,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,6 +44,7 @@ import requests
 
 from receiver.core.signature import sign
 from reconcile.sandbox.faults import FaultController
+from reconcile.sandbox.models.profiles import BusinessProfile
 from reconcile.sandbox.webhooks.envelope import encode_body, new_event_id
 from reconcile.sandbox.webhooks.records import DeliveryAttempt, WebhookEvent
 from reconcile.sandbox.webhooks.report import DeliveryRecord, DeliveryReport
@@ -63,8 +70,10 @@ class WebhookDispatcher:
     """Emits events (at most one per object and event type) and delivers them.
 
     Shares the sandbox's lock: :meth:`emit` is called with it held, while requests are sent
-    without it. ``clock`` is the sandbox clock (event times, attempt times and, in the
-    clock-driven mode, when attempts are due); ``send`` selects the clock-driven mode.
+    without it. ``profiles`` is the merchant's business profiles by id (the sandbox's own
+    mapping, read as it changes), ``default_profile`` the one an event naming none belongs
+    to. ``clock`` is the sandbox clock (event times, attempt times and, in the clock-driven
+    mode, when attempts are due); ``send`` selects the clock-driven mode.
     """
 
     def __init__(
@@ -72,8 +81,8 @@ class WebhookDispatcher:
         *,
         lock: threading.RLock,
         merchant_id: str,
-        secret: str,
-        url: str | None,
+        profiles: Mapping[str, BusinessProfile],
+        default_profile: str,
         retry_schedule: Sequence[float],
         timeout: float,
         faults: FaultController,
@@ -85,8 +94,10 @@ class WebhookDispatcher:
         self._lock = lock
         self._cond = threading.Condition(lock)
         self._merchant_id = merchant_id
-        self._secret = secret
-        self.url = url
+        self._profiles = profiles
+        self._default_profile = default_profile
+        if default_profile not in profiles:
+            raise ValueError("the default profile must be one of the profiles")
         self.retry_schedule = tuple(float(d) for d in retry_schedule)
         self.timeout = timeout
         self._faults = faults
@@ -109,6 +120,26 @@ class WebhookDispatcher:
         return f"WebhookDispatcher(url={self.url!r}, events={len(self._events)}, mode={self.mode})"
 
     @property
+    def url(self) -> str | None:
+        """The default profile's webhook URL (``None``: recorded, never sent)."""
+        return self._profiles[self._default_profile].webhook_url
+
+    @url.setter
+    def url(self, url: str | None) -> None:
+        with self._lock:
+            self._profiles[self._default_profile].webhook_url = url
+
+    def _profile(self, profile_id: str) -> BusinessProfile:
+        found = self._profiles.get(profile_id or self._default_profile)
+        if found is None:
+            raise LookupError("no such business profile")
+        return found
+
+    def _url_of(self, event: WebhookEvent) -> str | None:
+        """Where the event goes now: its profile's webhook URL."""
+        return self._profile(event.profile_id).webhook_url
+
+    @property
     def mode(self) -> str:
         """``"threaded"`` or ``"clock"`` (deliveries driven by :meth:`deliver_due`)."""
         return "threaded" if self._sender is None else "clock"
@@ -124,8 +155,12 @@ class WebhookDispatcher:
         when: datetime,
         profile_id: str = "",
     ) -> WebhookEvent | None:
-        """Emit ``event_type`` for the object unless it was emitted before; queue delivery."""
+        """Emit ``event_type`` for the object unless it was emitted before; queue delivery.
+
+        ``profile_id``: the object's business profile (``""``: the default one), whose key
+        signs the event and whose URL it is sent to."""
         with self._lock:
+            profile = self._profile(profile_id)
             key = (object_id, event_type)
             if key in self._emitted:
                 return None
@@ -144,10 +179,10 @@ class WebhookDispatcher:
                 event_type=event_type,
                 kind=kind,
                 object_id=object_id,
-                profile_id=profile_id,
+                profile_id=profile.profile_id,
                 seq=next(self._seq),
                 body=body,
-                signature=sign(body, self._secret),
+                signature=sign(body, profile.webhook_secret),
                 created=when,
             )
             initial = DeliveryAttempt(
@@ -156,7 +191,7 @@ class WebhookDispatcher:
             event.delivery_attempts.append(initial)
             self._events.append(event)
             self._by_attempt[event_id] = event
-            if self.url is None:
+            if profile.webhook_url is None:
                 event.state = "undeliverable"
                 initial.error_message = "no webhook URL is configured"
                 return event
@@ -287,7 +322,7 @@ class WebhookDispatcher:
                 if not self._queue or self._queue[0][0] > self._now_key():
                     break
                 delivery = heapq.heappop(self._queue)[2]
-                url = self.url
+                url = self._url_of(delivery.event)
                 self._in_flight += 1
             outcome = send_with(sender, url, delivery.event.body, delivery.signature)
             with self._lock:
@@ -321,7 +356,7 @@ class WebhookDispatcher:
             event = self._by_attempt.get(attempt_id)
             if event is None:
                 return None
-            url = self.url
+            url = self._url_of(event)
             if url is None:
                 raise LookupError("no webhook URL is configured")
             attempt = DeliveryAttempt(
@@ -367,7 +402,7 @@ class WebhookDispatcher:
                 if delivery is None:
                     return
                 self._in_flight += 1
-                session, url = self._session, self.url
+                session, url = self._session, self._url_of(delivery.event)
             outcome = Outcome(error="stopped")
             try:
                 if session is not None and url is not None:

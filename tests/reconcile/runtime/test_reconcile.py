@@ -58,7 +58,6 @@ def _pay(server: SandboxServer, payment_id: str, card: str = CARD_OK) -> dict[st
                 "phone": {"number": "5555550100", "country_code": "+1"},
             },
             "metadata": {"order_id": payment_id},
-            "profile_id": "pro_test",
         }
     )
 

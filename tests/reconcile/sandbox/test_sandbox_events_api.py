@@ -238,7 +238,12 @@ def test_list_filters_and_paging(
     created = [e["created"] for e in everything["events"]]
     window = admin.list(created_after=created[3], created_before=created[1])
     assert [e["event_type"] for e in window["events"]] == types[1:4]
-    assert admin.list(profile_id="pro_other")["total_count"] == 0
+    assert admin.list(profile_id=sb.profile_id)["total_count"] == 5
+    # A profile the merchant does not have is Hyperswitch's ProfileNotFound, not an empty list.
+    other = admin.api.post(
+        admin.prefix, {"profile_id": "pro_other"}, headers={"api-key": ADMIN_KEY}
+    )
+    assert other.status_code == 404 and "profile" in other.json()["error"]["message"].lower()
 
 
 def test_list_validation_and_the_90_day_window(
