@@ -1,5 +1,6 @@
 """Read-only queries over the reconciler's runs for the ops console and the metrics: the runs
-(a page, or one with its report) and a stored report's recoveries and drift by kind and path.
+(a page, or one with its report), each account's latest run and latest success, and a stored
+report's recoveries and drift by kind and path.
 
 The reconciler's run table is read through a lightweight table clause (the receiver never
 imports :mod:`reconcile`); ``tests/receiver/storage/test_recon_run_reads.py`` checks it against
@@ -21,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     column,
+    func,
     select,
     table,
 )
@@ -34,6 +36,7 @@ from receiver.storage.operator_reads import Page
 RECON_RUN = table(
     "hookledger_recon_run",
     column("id", BigInteger().with_variant(Integer(), "sqlite")),
+    column("account", String()),
     column("mode", String()),
     column("owner", String()),
     column("started_at", DateTime(timezone=True)),
@@ -78,6 +81,51 @@ def reconcile_runs(engine: Engine, *, limit: int = 50, offset: int = 0) -> Page:
         )
         rows = [_run_row(r) for r in result]
     return Page(rows=rows[:limit], offset=offset, limit=limit, has_more=len(rows) > limit)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AccountRuns:
+    """One account's latest finished run (a dry run never counts) and when its latest run
+    with status ``ok`` finished (``None``: none yet)."""
+
+    account: str
+    latest: RunRow
+    last_success: datetime | None
+
+
+def runs_by_account(engine: Engine) -> list[AccountRuns]:
+    """Per account with a finished run: its latest one and its latest success, by account
+    (an empty list when the reconciler's tables are absent). Two grouped reads over the run
+    table, whatever the number of accounts."""
+    from sqlalchemy import inspect
+
+    run = RECON_RUN
+    with deferred_begin(engine).connect() as conn:
+        if not inspect(conn).has_table("hookledger_recon_run"):
+            return []
+        latest_ids = (
+            select(func.max(run.c.id))
+            .where(run.c.finished_at.is_not(None), run.c.status != "dry_run")
+            .group_by(run.c.account)
+        )
+        latest = conn.execute(select(run).where(run.c.id.in_(latest_ids))).all()
+        successes = {
+            str(account): as_utc(when)
+            for account, when in conn.execute(
+                select(run.c.account, func.max(run.c.finished_at))
+                .where(run.c.status == "ok")
+                .group_by(run.c.account)
+            )
+            if when is not None
+        }
+    return [
+        AccountRuns(
+            account=str(r.account),
+            latest=_run_row(r),
+            last_success=successes.get(str(r.account)),
+        )
+        for r in sorted(latest, key=lambda r: str(r.account))
+    ]
 
 
 def _run_row(r: Any) -> RunRow:
@@ -138,9 +186,11 @@ def recon_figures(report: dict[str, Any]) -> list[Figure]:
 
 
 __all__ = [
+    "AccountRuns",
     "Figure",
     "RunRow",
     "get_run",
     "reconcile_runs",
     "recon_figures",
+    "runs_by_account",
 ]
