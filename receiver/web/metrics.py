@@ -112,6 +112,11 @@ NAMES: Final[Mapping[str, str]] = {
     "hookledger_metrics_database_up": "1 when the database gauges could be read [database]",
 }
 
+#: Rejection reasons the shipped alert rules (``receiver/alerts``) read, exported at 0 from a
+#: process's start: a series that first appears at 1 hides that first one from ``increase()``.
+#: (With the account label on, each account's series still appears at its first rejection.)
+ZERO_REASONS: Final = ("bad_signature", "storage_unavailable", "schema_not_ready")
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _DISPATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
 
@@ -176,6 +181,9 @@ class _Set:
         self.rejections = made(
             Counter("hookledger_rejections", NAMES["hookledger_rejections_total"], ["reason", *a])
         )
+        if not by_account:
+            for reason in ZERO_REASONS:
+                self.rejections.labels(reason=reason)
         self.ack = made(
             Histogram(
                 "hookledger_ack_seconds",

@@ -445,3 +445,24 @@ def test_account_labels_are_bounded() -> None:
         "other",
     ]
     assert AccountLabels(0)("a") == "other"
+
+
+def test_the_alerted_rejection_reasons_start_at_zero() -> None:
+    """A fresh process exports the rejection reasons the shipped alerts read at 0: a series
+    that first appeared at 1 would hide that first refusal from Prometheus's increase()."""
+    text = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from receiver.web.metrics import exposition; print(exposition(None).decode())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    found = samples(text)
+    for reason in ("bad_signature", "storage_unavailable", "schema_not_ready"):
+        assert ("hookledger_rejections_total", (("reason", reason),)) in found, reason
+        assert value(found, "hookledger_rejections_total", reason=reason) == 0
+    assert ("hookledger_dead_letters_total", ()) in found
