@@ -27,8 +27,10 @@ Two sources, one page:
   worker on the same host may share it; a worker elsewhere serves its own
   (``hookledger worker --metrics-port 9101``).
 - **Gauges read from the database** at each scrape, the same from any process on any host:
-  queue depth, oldest open event, dead letters waiting, workers alive, and the latest
-  reconcile run (status, recoveries and drift by kind and path, last success time).
+  queue depth, oldest open event, dead letters waiting, workers alive, and each account's
+  latest reconcile run (status, recoveries and drift by kind and path, last success time;
+  label ``account``, bounded as below). The alert rules that read them ship in
+  ``receiver/alerts/hookledger.rules.yml``.
 
 Metric names are listed in :data:`NAMES`; labels never hold an event id, only bounded values
 (a result, a reason, a handler's name, a kind, a path, a status).
