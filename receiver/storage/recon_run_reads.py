@@ -93,39 +93,75 @@ class AccountRuns:
     last_success: datetime | None
 
 
+def _per_account() -> Any:
+    """Each account of the run table (skipping from one to the next), its latest finished
+    run's id and its latest ``ok`` run's id: see :func:`runs_by_account`."""
+    run = RECON_RUN
+    first = select(func.min(run.c.account).label("account")).cte("accounts", recursive=True)
+    following = (
+        select(func.min(run.c.account))
+        .where(run.c.account > first.c.account)
+        .correlate(first)
+        .scalar_subquery()
+    )
+    accounts = first.union_all(select(following).where(first.c.account.is_not(None)))
+
+    def newest(*where: Any) -> Any:
+        return (
+            select(run.c.id)
+            .where(run.c.account == accounts.c.account, *where)
+            .order_by(run.c.id.desc())
+            .limit(1)
+            .correlate(accounts)
+            .scalar_subquery()
+        )
+
+    return select(
+        accounts.c.account,
+        newest(run.c.finished_at.is_not(None), run.c.status != "dry_run").label("latest"),
+        newest(run.c.status == "ok").label("success"),
+    ).where(accounts.c.account.is_not(None))
+
+
+_PER_ACCOUNT = _per_account()
+
+
 def runs_by_account(engine: Engine) -> list[AccountRuns]:
     """Per account with a finished run: its latest one and its latest success, by account
-    (an empty list when the reconciler's tables are absent). Two grouped reads over the run
-    table, whatever the number of accounts."""
+    (an empty list when the reconciler's tables are absent).
+
+    Read through the run table's index on (account, id), never by scanning the runs: the
+    accounts are found by skipping from one to the next (a recursive query, one index seek
+    each), then each account's latest finished run and latest ``ok`` run are the first
+    matches reading its runs backwards (within an account, runs finish in id order: one at
+    a time, under its lock). A scrape costs a few seeks per account, however many runs the
+    table has kept."""
     from sqlalchemy import inspect
 
     run = RECON_RUN
     with deferred_begin(engine).connect() as conn:
         if not inspect(conn).has_table("hookledger_recon_run"):
             return []
-        latest_ids = (
-            select(func.max(run.c.id))
-            .where(run.c.finished_at.is_not(None), run.c.status != "dry_run")
-            .group_by(run.c.account)
+        found = [(str(a), latest, ok) for a, latest, ok in conn.execute(_PER_ACCOUNT)]
+        ids = {i for _, latest, ok in found for i in (latest, ok) if i is not None}
+        rows = (
+            {int(r.id): r for r in conn.execute(select(run).where(run.c.id.in_(ids)))}
+            if ids
+            else {}
         )
-        latest = conn.execute(select(run).where(run.c.id.in_(latest_ids))).all()
-        successes = {
-            str(account): as_utc(when)
-            for account, when in conn.execute(
-                select(run.c.account, func.max(run.c.finished_at))
-                .where(run.c.status == "ok")
-                .group_by(run.c.account)
-            )
-            if when is not None
-        }
     return [
         AccountRuns(
-            account=str(r.account),
-            latest=_run_row(r),
-            last_success=successes.get(str(r.account)),
+            account=account,
+            latest=_run_row(rows[latest]),
+            last_success=_finished(rows[ok]) if ok is not None else None,
         )
-        for r in sorted(latest, key=lambda r: str(r.account))
+        for account, latest, ok in sorted(found)
+        if latest is not None
     ]
+
+
+def _finished(r: Any) -> datetime | None:
+    return as_utc(r.finished_at) if r.finished_at is not None else None
 
 
 def _run_row(r: Any) -> RunRow:

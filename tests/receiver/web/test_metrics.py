@@ -216,7 +216,7 @@ def test_the_reconcile_gauges_are_per_account(make_app: AppFactory) -> None:
     """One account's success no longer hides another's failure: the last success, the
     latest run and its drift are each account's, for the accounts the installation has."""
     import receiver.storage.database as db
-    from reconcile.storage.store import RECONCILE_MIGRATIONS
+    from reconcile.storage.store import RECONCILE_MIGRATIONS, ReconcileStore
 
     app, _ = make_app(secrets="", accounts=json.dumps(TWO_ACCOUNTS))
     Metrics(app, token=TOKEN)
@@ -228,6 +228,9 @@ def test_the_reconcile_gauges_are_per_account(make_app: AppFactory) -> None:
     _runs(engine, "us", ("unresolved", now - timedelta(minutes=20)), ("ok", now))
     # An account the installation no longer has: its runs stay, its gauges go.
     _runs(engine, "gone", ("ok", now - timedelta(days=3)))
+    # Neither a dry run nor a run still going is "the latest finished run".
+    _runs(engine, "eu", ("dry_run", now))
+    ReconcileStore(engine, account="us").start_run("incremental", "test")
     found = scrape(app.test_client())
     success = "hookledger_reconcile_last_success_timestamp_seconds"
     assert value(found, success, account="eu") == pytest.approx(
