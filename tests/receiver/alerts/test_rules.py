@@ -25,6 +25,7 @@ EXPECTED = {
     "HookledgerReconcileNotSucceeding",
     "HookledgerReconcileDrift",
     "HookledgerMetricsDatabaseUnreadable",
+    "HookledgerTargetDown",
 }
 
 
