@@ -4,8 +4,10 @@ port with its data in a temporary folder): it scrapes the example shop's ``/metr
 a worker's ``--metrics-port``, under one job. A payment for an order the shop never wrote
 is deferred past its limit and dead-lettered: HookledgerDeadLetters fires, and nothing else.
 
-The rules are loaded from a copy of the shipped file whose ``for:`` durations are 1 s
+The rules are loaded from a copy of the shipped file whose ``for:`` durations are 10 s
 (``rules_files.with_for``, which changes nothing else): the expressions are the shipped ones.
+10 s, not less: one scrape slower than its timeout on a loaded machine is ``up == 0`` once,
+which must not fire HookledgerTargetDown here any more than in production.
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ def test_a_dead_letter_fires_in_a_real_prometheus(database_url: str, tmp_path: P
         ["flask", "--app", APP, "init-db"], env=env, cwd=ROOT, capture_output=True, text=True
     )
     assert init.returncode == 0, init.stderr
+    _a_reconcile_run(database_url)
     rules = tmp_path / "hookledger.rules.yml"
-    rules.write_text(with_for(RULES_FILE.read_text(), "1s"))
+    rules.write_text(with_for(RULES_FILE.read_text(), "10s"))
     (tmp_path / "token").write_text(TOKEN)
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -187,11 +190,16 @@ def _scrape_evaluate_and_fire(prom: str, web: str) -> None:
         "hookledger_metrics_database_up",
         'hookledger_rejections_total{reason="bad_signature"}',
         'hookledger_rejections_total{reason="storage_unavailable"}',
+        'hookledger_reconcile_last_success_timestamp_seconds{account="default"}',
+        'hookledger_reconcile_last_run_timestamp_seconds{account="default"}',
+        'hookledger_reconcile_last_run_info{account="default",status="ok"}',
+        'hookledger_reconcile_last_run_drift{account="default",kind="payments"}',
     ):
         found = _api(prom, f"/api/v1/query?query={requests.utils.quote(metric)}")["result"]
         assert found, metric
-    # A quiet start: the worker is alive, nothing refused, nothing dead.
-    time.sleep(3)
+    # A quiet start (longer than the shortened for: durations): the worker is alive, the
+    # reconciler succeeded, nothing refused, nothing dead.
+    time.sleep(12)
     assert _firing(prom) == {}
 
     # A payment for an order the shop never wrote: shop.paid defers it, past its limit.
@@ -221,6 +229,24 @@ def _scrape_evaluate_and_fire(prom: str, web: str) -> None:
     for query in ("sum(hookledger_dead_letters_total)", "max(hookledger_dead_letter_events)"):
         found = _api(prom, f"/api/v1/query?query={requests.utils.quote(query)}")["result"]
         assert float(found[0]["value"][1]) == 1, query
+
+
+def _a_reconcile_run(database_url: str) -> None:
+    """The reconciler's tables and one ok run of the default account, as `reconcile run`
+    records it: its gauges are then scraped too."""
+    import receiver.storage.database as db
+    from reconcile.storage.store import ReconcileStore
+    from tests.support import reconcile_ready
+
+    engine = db.make_engine(database_url)
+    try:
+        reconcile_ready(engine)
+        store = ReconcileStore(engine)
+        run = store.start_run("incremental", "test")
+        report = {"status": "ok", "kinds": {"payments": {"recovered_total": 1, "unresolved": 0}}}
+        store.finish_run(run, "ok", report)
+    finally:
+        engine.dispose()
 
 
 def _firing(prom: str) -> dict[str, dict[str, Any]]:
