@@ -172,6 +172,7 @@ def worker_cmd(
             account_label=state.settings.metrics_account_label,
             account_label_max=state.settings.metrics_account_label_max,
             known_accounts=[a.id for a in state.settings.accounts],
+            accounts=state.accounts.ids,
         )
     click.echo(f"hookledger worker {worker.name} started", err=True)
     count = worker.run(burst=burst)

@@ -1,5 +1,6 @@
 """Read-only queries over the reconciler's runs for the ops console and the metrics: the runs
-(a page, or one with its report) and a stored report's recoveries and drift by kind and path.
+(a page, or one with its report), each account's latest run and latest success, and a stored
+report's recoveries and drift by kind and path.
 
 The reconciler's run table is read through a lightweight table clause (the receiver never
 imports :mod:`reconcile`); ``tests/receiver/storage/test_recon_run_reads.py`` checks it against
@@ -21,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     column,
+    func,
     select,
     table,
 )
@@ -34,6 +36,7 @@ from receiver.storage.operator_reads import Page
 RECON_RUN = table(
     "hookledger_recon_run",
     column("id", BigInteger().with_variant(Integer(), "sqlite")),
+    column("account", String()),
     column("mode", String()),
     column("owner", String()),
     column("started_at", DateTime(timezone=True)),
@@ -78,6 +81,87 @@ def reconcile_runs(engine: Engine, *, limit: int = 50, offset: int = 0) -> Page:
         )
         rows = [_run_row(r) for r in result]
     return Page(rows=rows[:limit], offset=offset, limit=limit, has_more=len(rows) > limit)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AccountRuns:
+    """One account's latest finished run (a dry run never counts) and when its latest run
+    with status ``ok`` finished (``None``: none yet)."""
+
+    account: str
+    latest: RunRow
+    last_success: datetime | None
+
+
+def _per_account() -> Any:
+    """Each account of the run table (skipping from one to the next), its latest finished
+    run's id and its latest ``ok`` run's id: see :func:`runs_by_account`."""
+    run = RECON_RUN
+    first = select(func.min(run.c.account).label("account")).cte("accounts", recursive=True)
+    following = (
+        select(func.min(run.c.account))
+        .where(run.c.account > first.c.account)
+        .correlate(first)
+        .scalar_subquery()
+    )
+    accounts = first.union_all(select(following).where(first.c.account.is_not(None)))
+
+    def newest(*where: Any) -> Any:
+        return (
+            select(run.c.id)
+            .where(run.c.account == accounts.c.account, *where)
+            .order_by(run.c.id.desc())
+            .limit(1)
+            .correlate(accounts)
+            .scalar_subquery()
+        )
+
+    return select(
+        accounts.c.account,
+        newest(run.c.finished_at.is_not(None), run.c.status != "dry_run").label("latest"),
+        newest(run.c.status == "ok").label("success"),
+    ).where(accounts.c.account.is_not(None))
+
+
+_PER_ACCOUNT = _per_account()
+
+
+def runs_by_account(engine: Engine) -> list[AccountRuns]:
+    """Per account with a finished run: its latest one and its latest success, by account
+    (an empty list when the reconciler's tables are absent).
+
+    Read through the run table's index on (account, id), never by scanning the runs: the
+    accounts are found by skipping from one to the next (a recursive query, one index seek
+    each), then each account's latest finished run and latest ``ok`` run are the first
+    matches reading its runs backwards (within an account, runs finish in id order: one at
+    a time, under its lock). A scrape costs a few seeks per account, however many runs the
+    table has kept."""
+    from sqlalchemy import inspect
+
+    run = RECON_RUN
+    with deferred_begin(engine).connect() as conn:
+        if not inspect(conn).has_table("hookledger_recon_run"):
+            return []
+        found = [(str(a), latest, ok) for a, latest, ok in conn.execute(_PER_ACCOUNT)]
+        ids = {i for _, latest, ok in found for i in (latest, ok) if i is not None}
+        rows = (
+            {int(r.id): r for r in conn.execute(select(run).where(run.c.id.in_(ids)))}
+            if ids
+            else {}
+        )
+    return [
+        AccountRuns(
+            account=account,
+            latest=_run_row(rows[latest]),
+            last_success=_finished(rows[ok]) if ok is not None else None,
+        )
+        for account, latest, ok in sorted(found)
+        if latest is not None
+    ]
+
+
+def _finished(r: Any) -> datetime | None:
+    return as_utc(r.finished_at) if r.finished_at is not None else None
 
 
 def _run_row(r: Any) -> RunRow:
@@ -138,9 +222,11 @@ def recon_figures(report: dict[str, Any]) -> list[Figure]:
 
 
 __all__ = [
+    "AccountRuns",
     "Figure",
     "RunRow",
     "get_run",
     "reconcile_runs",
     "recon_figures",
+    "runs_by_account",
 ]

@@ -27,8 +27,10 @@ Two sources, one page:
   worker on the same host may share it; a worker elsewhere serves its own
   (``hookledger worker --metrics-port 9101``).
 - **Gauges read from the database** at each scrape, the same from any process on any host:
-  queue depth, oldest open event, dead letters waiting, workers alive, and the latest
-  reconcile run (status, recoveries and drift by kind and path, last success time).
+  queue depth, oldest open event, dead letters waiting, workers alive, and each account's
+  latest reconcile run (status, recoveries and drift by kind and path, last success time;
+  label ``account``, bounded as below). The alert rules that read them ship in
+  ``receiver/alerts/hookledger.rules.yml``.
 
 Metric names are listed in :data:`NAMES`; labels never hold an event id, only bounded values
 (a result, a reason, a handler's name, a kind, a path, a status).
@@ -65,13 +67,12 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
 import receiver.core.signals as signals
 import receiver.storage.recon_run_reads as recon_runs
 import receiver.worker.heartbeat as heartbeat
 from receiver.core.accounts import is_account_id
-from receiver.core.clock import as_utc
 from receiver.core.errors import ConfigurationError
 
 log = logging.getLogger("receiver.metrics")
@@ -100,18 +101,23 @@ NAMES: Final[Mapping[str, str]] = {
     "hookledger_oldest_open_event_age_seconds": "age of the oldest open event [database]",
     "hookledger_dead_letter_events": "dead-lettered events waiting for an operator [database]",
     "hookledger_workers_alive": "workers whose heartbeat is recent [database]",
-    "hookledger_reconcile_last_run_info": "the latest finished reconcile run, 1, by status and "
-    "mode [database]",
-    "hookledger_reconcile_last_run_timestamp_seconds": "when the latest reconcile run finished "
-    "[database]",
-    "hookledger_reconcile_last_success_timestamp_seconds": "when the latest reconcile run with "
-    "status ok finished [database]",
-    "hookledger_reconcile_last_run_recovered": "transitions the latest run recovered, by kind "
-    "and path [database]",
-    "hookledger_reconcile_last_run_drift": "drift the latest run left unresolved, by kind and "
-    "path [database]",
+    "hookledger_reconcile_last_run_info": "each account's latest finished reconcile run, 1, by "
+    "status, mode and account [database]",
+    "hookledger_reconcile_last_run_timestamp_seconds": "when each account's latest reconcile run "
+    "finished, by account [database]",
+    "hookledger_reconcile_last_success_timestamp_seconds": "when each account's latest "
+    "reconcile run with status ok finished, by account [database]",
+    "hookledger_reconcile_last_run_recovered": "transitions each account's latest run "
+    "recovered, by kind, path and account [database]",
+    "hookledger_reconcile_last_run_drift": "drift each account's latest run left unresolved, "
+    "by kind, path and account [database]",
     "hookledger_metrics_database_up": "1 when the database gauges could be read [database]",
 }
+
+#: Rejection reasons the shipped alert rules (``receiver/alerts``) read, exported at 0 from a
+#: process's start: a series that first appears at 1 hides that first one from ``increase()``.
+#: (With the account label on, each account's series still appears at its first rejection.)
+ZERO_REASONS: Final = ("bad_signature", "storage_unavailable", "schema_not_ready")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _DISPATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
@@ -177,6 +183,9 @@ class _Set:
         self.rejections = made(
             Counter("hookledger_rejections", NAMES["hookledger_rejections_total"], ["reason", *a])
         )
+        if not by_account:
+            for reason in ZERO_REASONS:
+                self.rejections.labels(reason=reason)
         self.ack = made(
             Histogram(
                 "hookledger_ack_seconds",
@@ -402,11 +411,27 @@ def _known_accounts(app: Flask) -> list[str]:
 
 
 class DatabaseCollector(Collector):
-    """Gauges read from hookledger's tables at each scrape (any process, any host)."""
+    """Gauges read from hookledger's tables at each scrape (any process, any host).
 
-    def __init__(self, engine: Engine, *, worker_timeout: float = heartbeat.DEFAULT_WORKER_TIMEOUT):
+    The reconcile gauges carry ``account``: the run records are per account, and one
+    account's success must not hide another's failure. ``accounts`` (the app's account
+    source's ``ids``) limits them to the accounts the installation has now (an account
+    removed or deactivated keeps its runs, not its gauges); at most ``account_label_max`` get
+    a value of their own, any further one is folded into ``other`` (the oldest last success
+    and last run, drift and recoveries added up)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        worker_timeout: float = heartbeat.DEFAULT_WORKER_TIMEOUT,
+        accounts: Callable[[], Iterable[str]] | None = None,
+        account_label_max: int = DEFAULT_ACCOUNT_LABEL_MAX,
+    ):
         self.engine = engine
         self.worker_timeout = worker_timeout
+        self.accounts = accounts
+        self.account_label_max = account_label_max
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(
@@ -452,62 +477,82 @@ class DatabaseCollector(Collector):
         )
         yield from self._reconcile()
 
+    def _current_accounts(self) -> set[str] | None:
+        """The installation's accounts now, or ``None`` (no source, or it could not be read:
+        every account with runs is shown then)."""
+        if self.accounts is None:
+            return None
+        try:
+            return {str(a) for a in self.accounts()}
+        except Exception:  # noqa: BLE001 - the merchant's own source: a scrape goes on
+            log.warning("metrics: the account ids could not be read", extra={"action": "metrics"})
+            return None
+
     def _reconcile(self) -> Iterator[Metric]:
-        from sqlalchemy import inspect
-
-        from receiver.storage.database import deferred_begin
-
-        run = recon_runs.RECON_RUN
-        with deferred_begin(self.engine).connect() as conn:
-            if not inspect(conn).has_table("hookledger_recon_run"):
-                return
-            finished = run.c.finished_at.is_not(None)
-            latest = conn.execute(
-                select(run)
-                .where(finished, run.c.status != "dry_run")
-                .order_by(run.c.id.desc())
-                .limit(1)
-            ).first()
-            success = conn.execute(
-                select(func.max(run.c.finished_at)).where(run.c.status == "ok")
-            ).scalar()
+        found = recon_runs.runs_by_account(self.engine)
+        current = self._current_accounts()
+        if current is not None:
+            found = [r for r in found if r.account in current]
+        names = AccountLabels(self.account_label_max, sorted(r.account for r in found))
         info = GaugeMetricFamily(
             "hookledger_reconcile_last_run_info",
             NAMES["hookledger_reconcile_last_run_info"],
-            labels=["status", "mode"],
+            labels=["status", "mode", "account"],
         )
         when = GaugeMetricFamily(
             "hookledger_reconcile_last_run_timestamp_seconds",
             NAMES["hookledger_reconcile_last_run_timestamp_seconds"],
+            labels=["account"],
         )
-        recovered = GaugeMetricFamily(
-            "hookledger_reconcile_last_run_recovered",
-            NAMES["hookledger_reconcile_last_run_recovered"],
-            labels=["kind", "path"],
-        )
-        drift = GaugeMetricFamily(
-            "hookledger_reconcile_last_run_drift",
-            NAMES["hookledger_reconcile_last_run_drift"],
-            labels=["kind", "path"],
-        )
-        if latest is not None:
-            row = recon_runs._run_row(latest)
-            info.add_metric([row.status, row.mode], 1)
-            if row.finished_at is not None:
-                when.add_metric([], row.finished_at.timestamp())
-            for figure in recon_runs.recon_figures(row.report):
-                recovered.add_metric([figure.kind, figure.path], figure.recovered)
-                drift.add_metric([figure.kind, figure.path], figure.unresolved)
-        yield info
-        yield when
-        yield recovered
-        yield drift
         last_ok = GaugeMetricFamily(
             "hookledger_reconcile_last_success_timestamp_seconds",
             NAMES["hookledger_reconcile_last_success_timestamp_seconds"],
+            labels=["account"],
         )
-        if success is not None:
-            last_ok.add_metric([], as_utc(success).timestamp())
+        infos: set[tuple[str, str, str]] = set()
+        oldest_run: dict[str, float] = {}
+        oldest_ok: dict[str, float] = {}
+        recovered: dict[tuple[str, str, str], int] = {}
+        drift: dict[tuple[str, str, str], int] = {}
+        for runs in found:
+            name = names(runs.account)
+            row = runs.latest
+            infos.add((row.status, row.mode, name))
+            if row.finished_at is not None:
+                at = row.finished_at.timestamp()
+                oldest_run[name] = min(at, oldest_run.get(name, at))
+            if runs.last_success is not None:
+                at = runs.last_success.timestamp()
+                oldest_ok[name] = min(at, oldest_ok.get(name, at))
+            for figure in recon_runs.recon_figures(row.report):
+                key = (figure.kind, figure.path, name)
+                recovered[key] = recovered.get(key, 0) + figure.recovered
+                drift[key] = drift.get(key, 0) + figure.unresolved
+        for labels in sorted(infos):
+            info.add_metric(list(labels), 1)
+        for name, at in sorted(oldest_run.items()):
+            when.add_metric([name], at)
+        for name, at in sorted(oldest_ok.items()):
+            last_ok.add_metric([name], at)
+        by_figure = ["kind", "path", "account"]
+        recovered_family = GaugeMetricFamily(
+            "hookledger_reconcile_last_run_recovered",
+            NAMES["hookledger_reconcile_last_run_recovered"],
+            labels=by_figure,
+        )
+        drift_family = GaugeMetricFamily(
+            "hookledger_reconcile_last_run_drift",
+            NAMES["hookledger_reconcile_last_run_drift"],
+            labels=by_figure,
+        )
+        for key, n in sorted(recovered.items()):
+            recovered_family.add_metric(list(key), n)
+        for key, n in sorted(drift.items()):
+            drift_family.add_metric(list(key), n)
+        yield info
+        yield when
+        yield recovered_family
+        yield drift_family
         yield last_ok
 
 
@@ -523,13 +568,21 @@ class _Process(Collector):
             yield from REGISTRY.collect()
 
 
-def exposition(engine: Engine | None) -> bytes:
-    """The metrics page: the process counters plus (with ``engine``) the database gauges."""
+def exposition(
+    engine: Engine | None,
+    *,
+    accounts: Callable[[], Iterable[str]] | None = None,
+    account_label_max: int = DEFAULT_ACCOUNT_LABEL_MAX,
+) -> bytes:
+    """The metrics page: the process counters plus (with ``engine``) the database gauges
+    (``accounts``, ``account_label_max``: see :class:`DatabaseCollector`)."""
     instruments()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Process())
     if engine is not None:
-        registry.register(DatabaseCollector(engine))
+        registry.register(
+            DatabaseCollector(engine, accounts=accounts, account_label_max=account_label_max)
+        )
     return generate_latest(registry)
 
 
@@ -541,15 +594,18 @@ def serve_worker_metrics(
     account_label: bool = False,
     account_label_max: int = DEFAULT_ACCOUNT_LABEL_MAX,
     known_accounts: Iterable[str] = (),
+    accounts: Callable[[], Iterable[str]] | None = None,
 ) -> None:
     """Serve this process's metrics (and the database gauges) on ``host:port`` in a thread
     (``hookledger worker --metrics-port``); ``account_label``: see
-    :func:`configure_account_label`."""
+    :func:`configure_account_label`; ``accounts``: see :class:`DatabaseCollector`."""
     configure_account_label(account_label, cap=account_label_max, known=known_accounts)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Process())
     if engine is not None:
-        registry.register(DatabaseCollector(engine))
+        registry.register(
+            DatabaseCollector(engine, accounts=accounts, account_label_max=account_label_max)
+        )
     start_http_server(port, addr=host, registry=registry)
     log.info("metrics served on %s:%d", host, port, extra={"action": "metrics_serve"})
 
@@ -635,7 +691,8 @@ class Metrics:
                     mimetype="text/plain",
                     headers={"WWW-Authenticate": 'Bearer realm="hookledger metrics"'},
                 )
-            return Response(exposition(_engine_of(app)), mimetype=CONTENT_TYPE_LATEST)
+            page = exposition(_engine_of(app), accounts=_account_ids_of(app), account_label_max=cap)
+            return Response(page, mimetype=CONTENT_TYPE_LATEST)
 
         bp = Blueprint("hookledger_metrics", __name__)
         bp.add_url_rule(path, "metrics", metrics_view, methods=["GET"])
@@ -646,6 +703,13 @@ class Metrics:
 def _engine_of(app: Flask) -> Engine | None:
     state = app.extensions.get("hookledger")
     return state.store.engine if state is not None else None
+
+
+def _account_ids_of(app: Flask) -> Callable[[], Iterable[str]] | None:
+    """The ids of the app's account source now (read at each scrape), if it has one."""
+    state = app.extensions.get("hookledger")
+    source = getattr(state, "accounts", None)
+    return source.ids if source is not None else None
 
 
 def _time_acknowledgements(app: Flask) -> None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from receiver import Event
-from receiver.core.clock import utcnow
+from receiver.core.clock import as_utc, utcnow
 from receiver.core.errors import ConfigurationError
 from receiver.core.signature import sign
 from receiver.extension import WebhookReceiver
@@ -160,24 +161,122 @@ def test_reconcile_runs_are_read_from_their_table(make_app: AppFactory) -> None:
     run = store.start_run("wide", "test")
     store.finish_run(run, "unresolved", report)
     found = scrape(app.test_client())
-    assert value(found, "hookledger_reconcile_last_run_info", status="unresolved", mode="wide") == 1
+    mine = {"account": "default"}
     assert (
-        value(found, "hookledger_reconcile_last_run_recovered", kind="payments", path="lists") == 3
+        value(found, "hookledger_reconcile_last_run_info", status="unresolved", mode="wide", **mine)
+        == 1
     )
     assert (
-        value(found, "hookledger_reconcile_last_run_recovered", kind="refunds", path="sweep") == 2
+        value(
+            found, "hookledger_reconcile_last_run_recovered", kind="payments", path="lists", **mine
+        )
+        == 3
     )
     assert (
-        value(found, "hookledger_reconcile_last_run_recovered", kind="disputes", path="events") == 4
+        value(
+            found, "hookledger_reconcile_last_run_recovered", kind="refunds", path="sweep", **mine
+        )
+        == 2
     )
-    assert value(found, "hookledger_reconcile_last_run_drift", kind="payments", path="lists") == 1
+    assert (
+        value(
+            found, "hookledger_reconcile_last_run_recovered", kind="disputes", path="events", **mine
+        )
+        == 4
+    )
+    assert (
+        value(found, "hookledger_reconcile_last_run_drift", kind="payments", path="lists", **mine)
+        == 1
+    )
     with engine.connect() as conn:
         finished = conn.execute(
             sa.text("SELECT finished_at FROM hookledger_recon_run WHERE id = :i"), {"i": ok}
         ).scalar()
     assert finished is not None
-    assert value(found, "hookledger_reconcile_last_success_timestamp_seconds") > 0
+    if isinstance(finished, str):  # SQLite's text, read without the column's type
+        finished = datetime.fromisoformat(finished)
+    assert value(found, "hookledger_reconcile_last_success_timestamp_seconds", **mine) == (
+        pytest.approx(as_utc(finished).timestamp())
+    )
     assert json.dumps(report)  # the report is stored as JSON, as the reconciler does
+
+
+def _runs(engine: object, account: str, *runs: tuple[str, datetime]) -> None:
+    """Finished runs of ``account``: (status, finished at), oldest first."""
+    from reconcile.storage.store import ReconcileStore
+
+    for status, at in runs:
+        store = ReconcileStore(engine, account=account, clock=lambda at=at: at)  # type: ignore[arg-type]
+        run = store.start_run("incremental", "test")
+        report = {"status": status, "kinds": {"payments": {"unresolved": 2}}}
+        store.finish_run(run, status, report if status == "unresolved" else {"status": status})
+
+
+def test_the_reconcile_gauges_are_per_account(make_app: AppFactory) -> None:
+    """One account's success no longer hides another's failure: the last success, the
+    latest run and its drift are each account's, for the accounts the installation has."""
+    import receiver.storage.database as db
+    from reconcile.storage.store import RECONCILE_MIGRATIONS, ReconcileStore
+
+    app, _ = make_app(secrets="", accounts=json.dumps(TWO_ACCOUNTS))
+    Metrics(app, token=TOKEN)
+    engine = WebhookReceiver.state(app).store.engine
+    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    now = utcnow()
+    # eu: its last success two hours ago, failing since; us: all good, drift once before.
+    _runs(engine, "eu", ("ok", now - timedelta(hours=2)), ("failed", now - timedelta(hours=1)))
+    _runs(engine, "us", ("unresolved", now - timedelta(minutes=20)), ("ok", now))
+    # An account the installation no longer has: its runs stay, its gauges go.
+    _runs(engine, "gone", ("ok", now - timedelta(days=3)))
+    # Neither a dry run nor a run still going is "the latest finished run".
+    _runs(engine, "eu", ("dry_run", now))
+    ReconcileStore(engine, account="us").start_run("incremental", "test")
+    found = scrape(app.test_client())
+    success = "hookledger_reconcile_last_success_timestamp_seconds"
+    assert value(found, success, account="eu") == pytest.approx(
+        (now - timedelta(hours=2)).timestamp()
+    )
+    assert value(found, success, account="us") == pytest.approx(now.timestamp())
+    assert value(found, "hookledger_reconcile_last_run_timestamp_seconds", account="eu") == (
+        pytest.approx((now - timedelta(hours=1)).timestamp())
+    )
+    info = "hookledger_reconcile_last_run_info"
+    assert value(found, info, status="failed", mode="incremental", account="eu") == 1
+    assert value(found, info, status="ok", mode="incremental", account="us") == 1
+    # The latest run's drift: us's earlier drift is gone with its next run.
+    drift = "hookledger_reconcile_last_run_drift"
+    assert value(found, drift, kind="payments", path="lists", account="us") == 0
+    assert not [key for key in found if ("account", "gone") in key[1]]
+    assert [key for key in found if key[0] == success] == [
+        (success, (("account", "eu"),)),
+        (success, (("account", "us"),)),
+    ]
+
+
+def test_the_reconcile_gauges_fold_accounts_past_the_cap(make_app: AppFactory) -> None:
+    """Past ``HOOKLEDGER_METRICS_ACCOUNT_LABEL_MAX`` accounts share ``other``: its last
+    success is the oldest of theirs (an alert on it fires for any of them), drift adds up."""
+    import receiver.storage.database as db
+    from reconcile.storage.store import RECONCILE_MIGRATIONS
+
+    three = {f"a{i}": {"secrets": f"s1:whsec_a{i}_0123456789abcdef"} for i in (1, 2, 3)}
+    app, _ = make_app(secrets="", accounts=json.dumps(three))
+    Metrics(app, token=TOKEN, account_label_max=1)
+    engine = WebhookReceiver.state(app).store.engine
+    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    now = utcnow()
+    _runs(engine, "a1", ("ok", now))
+    _runs(engine, "a2", ("ok", now - timedelta(hours=3)), ("unresolved", now))
+    _runs(engine, "a3", ("ok", now - timedelta(hours=1)), ("unresolved", now))
+    found = scrape(app.test_client())
+    success = "hookledger_reconcile_last_success_timestamp_seconds"
+    assert value(found, success, account="a1") == pytest.approx(now.timestamp())
+    assert value(found, success, account="other") == pytest.approx(
+        (now - timedelta(hours=3)).timestamp()
+    )
+    drift = "hookledger_reconcile_last_run_drift"
+    assert value(found, drift, kind="payments", path="lists", account="other") == 4
+    assert not [key for key in found if ("account", "a2") in key[1]]
 
 
 @pytest.mark.slow
@@ -349,3 +448,24 @@ def test_account_labels_are_bounded() -> None:
         "other",
     ]
     assert AccountLabels(0)("a") == "other"
+
+
+def test_the_alerted_rejection_reasons_start_at_zero() -> None:
+    """A fresh process exports the rejection reasons the shipped alerts read at 0: a series
+    that first appeared at 1 would hide that first refusal from Prometheus's increase()."""
+    text = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from receiver.web.metrics import exposition; print(exposition(None).decode())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    found = samples(text)
+    for reason in ("bad_signature", "storage_unavailable", "schema_not_ready"):
+        assert ("hookledger_rejections_total", (("reason", reason),)) in found, reason
+        assert value(found, "hookledger_rejections_total", reason=reason) == 0
+    assert ("hookledger_dead_letters_total", ()) in found
