@@ -8,7 +8,8 @@ finds nothing must not read as "no such order" when the index could not have fou
   ``HOOKLEDGER_DATA_KEYS``, or a key dropped before ``rotate-keys`` finished): their digests
   cannot be computed here;
 - events stored before the index existed (migration ``0009``) that ``hookledger order-index
-  backfill`` has not reached yet, or indexed with other fields than those configured;
+  backfill`` has not reached yet (a backfill that started and has not reached the end of the
+  inbox), or indexed with other fields than those configured;
 - no field configured at all (``HOOKLEDGER_ORDER_FIELDS=none``).
 
 Redacted events have no index rows (their payload, the reference with it, is gone): a search
@@ -22,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Engine, and_, exists, func, select
 
+from receiver.core.clock import as_utc
 from receiver.core.keyring import Keyring
 from receiver.core.order_refs import OrderFields
 from receiver.storage.database import deferred_begin
@@ -54,9 +56,8 @@ def search_notes(
             )
         )
         first = conn.execute(select(func.min(ORDER_REF.c.event_pk))).scalar()
-        progress = conn.execute(
-            select(ORDER_BACKFILL).where(ORDER_BACKFILL.c.scope == EVERY_ACCOUNT)
-        ).first()
+        backfills = conn.execute(select(ORDER_BACKFILL)).all()
+        progress = next((b for b in backfills if b.scope == EVERY_ACCOUNT), None)
         done = 0
         if progress is not None and progress.fields == fields.describe():
             done = int(progress.after_pk)
@@ -66,6 +67,13 @@ def search_notes(
         if accounts:
             before.append(EVENT.c.account.in_(list(accounts)))
         unindexed = conn.execute(select(exists().where(*before))).scalar()
+    unfinished = _unfinished(backfills, progress, fields, accounts)
+    if unfinished:
+        notes.append(
+            "`hookledger order-index backfill` has not finished ("
+            + ", ".join(unfinished)
+            + "): the events it has not reached are not found; run it again"
+        )
     if missing:
         keys = ", ".join(repr(k) for k in missing)
         notes.append(
@@ -78,7 +86,7 @@ def search_notes(
             "existed (or carry no reference in the configured fields), run `hookledger "
             "order-index backfill`"
         )
-    elif unindexed:
+    elif unindexed and not unfinished:
         notes.append(
             "events stored before the order index began are not all indexed: run "
             "`hookledger order-index backfill`"
@@ -89,6 +97,30 @@ def search_notes(
             f"configured with {fields.describe()} (HOOKLEDGER_ORDER_FIELDS)"
         )
     return notes
+
+
+def _unfinished(
+    backfills: Sequence[Any], progress: Any, fields: OrderFields, accounts: Sequence[str]
+) -> list[str]:
+    """The scopes (``every account``, or ``account(s) A,B``) of the backfills of the current
+    fields that started and have not reached the end of the inbox, among those that cover
+    ``accounts`` (all when empty); one a complete backfill of every account began after is
+    covered by it."""
+    described = fields.describe()
+    covered_since = None
+    if progress is not None and progress.finished_at is not None and progress.fields == described:
+        covered_since = as_utc(progress.started_at)
+    found: list[str] = []
+    for b in backfills:
+        if b.finished_at is not None or b.fields != described:
+            continue
+        scope = set(str(b.scope).split(","))
+        if b.scope != EVERY_ACCOUNT and accounts and not scope & set(accounts):
+            continue
+        if covered_since is not None and covered_since >= as_utc(b.updated_at):
+            continue
+        found.append("every account" if b.scope == EVERY_ACCOUNT else f"account(s) {b.scope}")
+    return sorted(found)
 
 
 __all__ = ["search_notes"]
