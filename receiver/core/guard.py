@@ -67,8 +67,14 @@ class CutOver:
         """Where the earlier system's history ends: the cut-over, or, when hookledger was
         sent webhooks before it, ``DELIVERY_SLACK`` before the first of them. Everything at
         or after it was sent to hookledger (the processor's first attempt at an event
-        follows it within seconds, and a retry carries the event's original time)."""
-        if self.first_delivery is None:
+        follows it within seconds, and a retry carries the event's original time).
+
+        Only a delivery *before* the cut-over moves history's end back (the deploy came
+        before adoption). A first delivery after it tells nothing about the deploy: it may
+        be the processor's retry of an event the earlier system handled (a delivery the
+        deploy made fail), which adoption recorded as seen; taking it would move history's
+        end back before the cut-over and dispatch that event again."""
+        if self.first_delivery is None or self.first_delivery >= self.at:
             return self.at
         return min(self.at, self.first_delivery - DELIVERY_SLACK)
 

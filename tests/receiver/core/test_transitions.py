@@ -321,6 +321,28 @@ def test_history_ends_at_the_first_delivery_when_it_came_before_the_cutover() ->
     assert before_deploy.decision == "stale"
 
 
+def test_a_first_delivery_after_the_cutover_never_moves_history_back() -> None:
+    """Issue 28, hole 3: the first delivery hookledger gets comes minutes after adoption
+    (the processor's retry of an event the earlier system handled). History still ends at
+    the cut-over: that retry, and any other of an event from before it, is recorded."""
+    for minutes in (0, 1, 4, 5, 6, 60 * 24):
+        late = CutOver(at=T0, recorded_at=T0, first_delivery=T0 + timedelta(minutes=minutes))
+        assert late.history_ends == T0, minutes
+    adopted = projected(at("payment", "succeeded"), minutes=-2, pk=ADOPTED)
+    retried = verdict(
+        adopted,
+        at("payment", "succeeded"),
+        minutes=-2,
+        owner=ADOPTED,
+        cutover=CutOver(at=T0, recorded_at=T0, first_delivery=T0 + timedelta(minutes=1)),
+        arrival=arrival(minutes=1),
+    )
+    assert retried.decision != "dispatch"
+    # A delivery just before the cut-over still moves history back (the deploy came first).
+    early = CutOver(at=T0, recorded_at=T0, first_delivery=T0 - timedelta(seconds=1))
+    assert early.history_ends == T0 - timedelta(seconds=1) - guard.DELIVERY_SLACK
+
+
 def test_a_return_to_the_state_adoption_recorded_is_a_return() -> None:
     """Issue 20, item 7: adopted at requires_capture, moved on after go-live (an
     asynchronous capture), back to requires_capture when it fails."""
