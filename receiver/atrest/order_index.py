@@ -15,7 +15,8 @@ resumable: it keeps, per scope (every account, or the accounts it was limited to
 row it indexed and the fields it indexed them with (``hookledger_order_backfill``), so
 running it again goes on from there, and from the start when the fields changed. Redacted
 events have no body left: they have no index rows. A body whose data key is not configured
-is reported (by row and key) and skipped.
+is reported (by row and key) and skipped, and the progress kept stops before it: the
+backfill is not finished, and a later run with that key configured goes on from there.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class Reindexed:
     rows: int = 0
     unreadable: Counter[str] = field(default_factory=Counter)
     unreadable_sample: list[str] = field(default_factory=list)
+    #: The first event whose body could not be opened (``None``: none).
+    first_unreadable: int | None = None
 
 
 def reindex(storage: Storage, conn: Connection, events: Iterable[Any], result: Reindexed) -> None:
@@ -75,6 +78,8 @@ def reindex(storage: Storage, conn: Connection, events: Iterable[Any], result: R
         except DataUnavailable as exc:
             key_id = str(getattr(exc, "key_id", "?"))
             result.unreadable[key_id] += 1
+            if result.first_unreadable is None or pk < result.first_unreadable:
+                result.first_unreadable = pk
             if len(result.unreadable_sample) < _SAMPLES:
                 result.unreadable_sample.append(f"hookledger_event #{pk}: {exc.message}")
             continue
@@ -155,6 +160,10 @@ class BackfillReport:
                 + ", ".join(f"{n} under {k!r}" for k, n in sorted(self.unreadable.items()))
             )
             lines.extend(f"  {line}" for line in self.unreadable_sample)
+            lines.append(
+                f"configure those keys (HOOKLEDGER_DATA_KEYS) and run it again: it goes on "
+                f"after #{self.after_pk}"
+            )
         if self.stopped:
             lines.append(f"stopped before the end ({self.remaining} left): run it again to go on")
         elif self.complete:
@@ -257,6 +266,14 @@ class OrderIndex:
             report.seconds = time.monotonic() - started
             return report
         result = Reindexed()
+
+        def kept(last: int) -> int:
+            # The progress kept: never past an event it could not open, so that the next
+            # run (its data key configured again) goes on from there.
+            if result.first_unreadable is None:
+                return last
+            return min(last, result.first_unreadable - 1)
+
         now = storage.now()
         with storage.engine.begin() as conn:
             self._save(conn, scope, fields, after, now, started=True)
@@ -276,9 +293,11 @@ class OrderIndex:
                     before = result.events
                     reindex(storage, conn, rows, result)
                     after = int(rows[-1].id)
-                    self._save(conn, scope, fields, after, storage.now(), started=False)
+                    self._save(conn, scope, fields, kept(after), storage.now())
                 else:
-                    self._save(conn, scope, fields, after, storage.now(), finished=True)
+                    # Not finished while an event it could not open waits for its key.
+                    finished = result.first_unreadable is None
+                    self._save(conn, scope, fields, kept(after), storage.now(), finished=finished)
             if not rows:
                 break
             if progress is not None:
@@ -286,7 +305,7 @@ class OrderIndex:
             if storage.single_writer:
                 held = time.monotonic() - began
                 time.sleep(0.11 if held >= 0.05 else max(0.002, held))
-        report.events, report.rows, report.after_pk = result.events, result.rows, after
+        report.events, report.rows, report.after_pk = result.events, result.rows, kept(after)
         report.unreadable, report.unreadable_sample = result.unreadable, result.unreadable_sample
         report.remaining = self._left(after, where) if report.stopped else 0
         report.seconds = time.monotonic() - started

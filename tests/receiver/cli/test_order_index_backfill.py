@@ -14,7 +14,7 @@ from flask import Flask
 from receiver.atrest.order_index import OrderIndex
 from receiver.storage.sql.tables import ORDER_REF
 from tests.conftest import AppFactory
-from tests.receiver.cli.test_order_story import _app, _cli, _event, _post, _store
+from tests.receiver.cli.test_order_story import KEY1, KEY2, _app, _cli, _event, _post, _store
 
 pytestmark = pytest.mark.storage
 
@@ -67,3 +67,50 @@ def test_a_stopped_backfill_of_one_account_is_covered_by_a_later_complete_one(
     assert not any("has not finished" in n for n in other["notes"]), other
     assert _cli(app, "order-index", "backfill").exit_code == 0
     assert _search(app, "o1") == {"listed": ["evt_1"], "notes": []}
+
+
+def test_events_a_backfill_could_not_open_are_indexed_once_their_key_is_back(
+    make_app: AppFactory,
+) -> None:
+    """A backfill run with a data key missing (a process configured before the key was
+    added back, or a key dropped before rotate-keys finished) skips the events sealed with
+    it; a later run with the key must index them, not start after them."""
+    app = _app(make_app)  # sealed with k1
+    _stored_before_the_index(app, 3)
+    without = _app(make_app, keys=f"k2:{KEY2}")
+    short = _cli(without, "order-index", "backfill")
+    assert short.exit_code == 1, short.output
+    assert "cannot be opened: 3 under 'k1'" in short.stdout
+    assert "configure those keys (HOOKLEDGER_DATA_KEYS) and run it again" in short.stdout
+    status = json.loads(_cli(without, "order-index", "status", "--json").stdout)
+    assert status["events_left"] == 3 and status["backfill"]["finished_at"] is None
+    notes = _search(without, "o1")["notes"]
+    assert any("has not finished (every account)" in n for n in notes), notes
+    both = _app(make_app, keys=f"k2:{KEY2},k1:{KEY1}")
+    done = _cli(both, "order-index", "backfill")
+    assert done.exit_code == 0, done.output
+    assert "indexed 3 event(s), 3 reference(s)" in done.stdout
+    assert _search(both, "o1") == {"listed": ["evt_1"], "notes": []}
+    status = json.loads(_cli(both, "order-index", "status", "--json").stdout)
+    assert status["events_left"] == 0 and status["rows_by_key"] == {"k2": 3}
+
+
+def test_events_after_an_unreadable_one_are_indexed_and_read_again_next_time(
+    make_app: AppFactory,
+) -> None:
+    """Events the backfill could open after one it could not are indexed at once (found by
+    a search), and indexed again, not twice, by the run that opens the rest."""
+    sealed = _app(make_app)
+    assert _post(sealed, _event("payment_succeeded", "evt_k1", "pay_a", "o-a")) == "inserted"
+    later = _app(make_app, keys=f"k2:{KEY2}")
+    assert _post(later, _event("payment_succeeded", "evt_k2", "pay_b", "o-b")) == "inserted"
+    with _store(later).engine.begin() as conn:
+        conn.execute(sa.delete(ORDER_REF))
+    assert _cli(later, "order-index", "backfill").exit_code == 1
+    assert _search(later, "o-b")["listed"] == ["evt_k2"]
+    both = _app(make_app, keys=f"k2:{KEY2},k1:{KEY1}")
+    assert _cli(both, "order-index", "backfill").exit_code == 0
+    assert _search(both, "o-a")["listed"] == ["evt_k1"]
+    assert _search(both, "o-b") == {"listed": ["evt_k2"], "notes": []}
+    with _store(both).engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ORDER_REF)).scalar() == 2
