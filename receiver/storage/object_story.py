@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -54,7 +54,6 @@ from sqlalchemy import (
 from receiver.core.accounts import DEFAULT_ACCOUNT, is_account_id, object_key
 from receiver.core.clock import as_utc
 from receiver.core.keyring import Keyring
-from receiver.core.masking import mask_text
 from receiver.core.status import CONTENT_TYPE_KIND
 from receiver.storage.database import deferred_begin
 from receiver.storage.operator_reads import (
@@ -68,8 +67,8 @@ from receiver.storage.operator_reads import (
     ProjectionRow,
     T,
     _event_row,
+    shown_error,
 )
-from receiver.storage.sealed_columns import open_error
 from receiver.storage.tables import Rejection, Source
 
 #: The object kinds (``kind`` of ``kind:id``).
@@ -290,7 +289,7 @@ def object_story(
     """The story of the object (kind, id) of ``account``; without ``account``, of the one
     account that has it (:class:`AmbiguousObject` when several do). ``None``: no account
     has it. Error texts are opened with ``keyring`` and masked
-    (:func:`receiver.core.masking.mask_text`)."""
+    (:func:`receiver.storage.operator_reads.shown_error`)."""
     keyring = keyring or Keyring()
     if account is None:
         found = object_accounts(engine, kind, object_id)
@@ -308,7 +307,7 @@ def object_story(
             .limit(MAX_DELIVERIES + 1)
         ).all()
         truncated = len(rows) > MAX_DELIVERIES
-        events = [_masked(_event_row(r, keyring)) for r in rows[:MAX_DELIVERIES]]
+        events = [_event_row(r, keyring) for r in rows[:MAX_DELIVERIES]]
         projection = _projection(conn, account, kind, object_id)
         transitions = _transitions(conn, account, kind, object_id, events)
         if not events and projection is None and not transitions:
@@ -352,12 +351,6 @@ def object_story(
         rejections=rejections,
         reconciler=reconciler,
     )
-
-
-def _masked(row: EventRow) -> EventRow:
-    if not row.last_error:
-        return row
-    return replace(row, last_error=mask_text(row.last_error))
 
 
 def _projection(conn: Connection, account: str, kind: str, object_id: str) -> ProjectionRow | None:
@@ -424,14 +417,13 @@ def _ledger(conn: Connection, pks: list[int], keyring: Keyring) -> dict[int, tup
         for r in conn.execute(
             select(H).where(H.c.event_pk.in_(pks)).order_by(H.c.event_pk, H.c.handler)
         ):
-            error = open_error(keyring, r.last_error)
             out.setdefault(int(r.event_pk), []).append(
                 LedgerRow(
                     handler=r.handler,
                     status=r.status,
                     attempts=int(r.attempts),
                     updated_at=as_utc(r.updated_at),
-                    last_error=mask_text(error) if error else error,
+                    last_error=shown_error(keyring, r.last_error),
                 )
             )
     return {pk: tuple(rows) for pk, rows in out.items()}

@@ -20,6 +20,7 @@ import receiver.storage.order_refs as order_refs
 from receiver.core.clock import as_utc
 from receiver.core.errors import BodyRedacted, DataUnavailable
 from receiver.core.keyring import Keyring
+from receiver.core.masking import mask_text
 from receiver.storage.database import deferred_begin
 from receiver.storage.sealed_columns import BODY, open_body, open_error, open_headers
 from receiver.storage.tables import (
@@ -208,9 +209,19 @@ def _iso(value: datetime | None) -> str | None:
 _CLEAR = Keyring()
 
 
+def shown_error(keyring: Keyring, stored: Any) -> str | None:
+    """A stored error text (an inbox row's or a ledger row's ``last_error``: a traceback, a
+    deferral's or the guard's reason) as an operator reads it: opened with ``keyring`` (a
+    part that cannot be opened says why instead: see
+    :func:`receiver.storage.sealed_columns.open_error`) and masked
+    (:func:`receiver.core.masking.mask_text`: a handler's exception may quote a card number
+    or a key from the payload)."""
+    text_ = open_error(keyring, stored)
+    return mask_text(text_) if text_ else text_
+
+
 def _event_row(r: Any, keyring: Keyring = _CLEAR) -> EventRow:
-    """A listed row, its error text opened with ``keyring`` (a part that cannot be opened
-    says why instead: see :func:`receiver.storage.sealed_columns.open_error`)."""
+    """A listed row, its error text opened with ``keyring`` and masked (:func:`shown_error`)."""
     return EventRow(
         id=int(r.id),
         account=r.account,
@@ -230,7 +241,7 @@ def _event_row(r: Any, keyring: Keyring = _CLEAR) -> EventRow:
         processed_at=as_utc(r.processed_at) if r.processed_at is not None else None,
         lease_owner=r.lease_owner,
         replay_of=r.replay_of,
-        last_error=open_error(keyring, r.last_error),
+        last_error=shown_error(keyring, r.last_error),
     )
 
 
@@ -338,7 +349,7 @@ def find_event(
                 status=r.status,
                 attempts=int(r.attempts),
                 updated_at=as_utc(r.updated_at),
-                last_error=open_error(keyring, r.last_error),
+                last_error=shown_error(keyring, r.last_error),
             )
             for r in conn.execute(select(H).where(H.c.event_pk == pk).order_by(H.c.handler))
         )
@@ -503,5 +514,6 @@ __all__ = [
     "get_conflict",
     "list_conflicts",
     "list_events",
+    "shown_error",
     "status_counts",
 ]

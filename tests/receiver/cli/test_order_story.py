@@ -106,6 +106,12 @@ def test_find_an_order_whose_webhook_is_dead_lettered_and_read_its_story(
     assert "1 event(s) listed" in lines[1]
     listed = json.loads(_cli(app, "events", "--order", "1234", "--json").stdout)
     assert [r["event_id"] for r in listed["listed"]] == ["evt_f"] and listed["notes"] == []
+    # The reason listed is masked as in the story (the handler quoted a card number).
+    assert CARD not in found.stdout and "card •••1111)" in lines[0]
+    assert CARD not in json.dumps(listed)
+    shown = _cli(app, "show", "evt_f")
+    assert shown.exit_code == 0, shown.output
+    assert CARD not in shown.stdout and "card •••1111" in shown.stdout
     assert json.loads(_cli(app, "events", "--order", "12", "--json").stdout)["listed"] == []
     assert _cli(app, "events", "--order", "  ").exit_code == 2
 

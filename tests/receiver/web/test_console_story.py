@@ -130,3 +130,25 @@ def test_an_operator_without_the_data_keys_learns_no_order_id(make_app: AppFacto
     digest = WebhookReceiver.state(keyed).store.keyring.reference_digest("1234", "k1")
     for path in ("/hookledger/orders?order=1234", "/hookledger/events", "/hookledger/events/1"):
         assert digest not in http.get(path, headers=AUTH).get_data(as_text=True)
+
+
+def test_no_page_shows_the_card_number_a_handler_quoted_in_its_error(
+    make_app: AppFactory,
+) -> None:
+    """The order search lists the dead-lettered event with its reason; the listings, the
+    dead letters and the event page show the same error text (the last line, the ledger's
+    traceback): masked everywhere, as on the object page."""
+    app = _app(make_app)
+    _seed(app)
+    http = app.test_client()
+    pages = [
+        "/hookledger/orders?order=1234",
+        "/hookledger/events",
+        "/hookledger/dead",
+        "/hookledger/events/1",
+        "/hookledger/object?kind=payment&id=pay_1&account=default",
+    ]
+    for path in pages:
+        html = http.get(path, headers=AUTH).get_data(as_text=True)
+        assert "RuntimeError: declined card" in html, path
+        assert CARD not in html and "•••1111" in html, path
