@@ -283,11 +283,16 @@ class OrderIndex:
                 break
             began = time.monotonic()
             with storage.engine.begin() as conn:
+                # Locked (FOR SHARE; SQLite: its one writer) until the batch's index rows
+                # are written: a redaction of one of them waits, then deletes its rows. Read
+                # unlocked, a redaction committed meanwhile would leave rows of a payload
+                # that is gone (it deletes only those it sees).
                 rows = conn.execute(
                     select(*SOURCE_COLUMNS)
                     .where(EVENT.c.id > after, *where)
                     .order_by(EVENT.c.id)
                     .limit(self.batch_size)
+                    .with_for_update(read=True)
                 ).all()
                 if rows:
                     before = result.events

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
+from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from flask import Flask
 
+import receiver.atrest.order_index as order_index
 from receiver.atrest.order_index import OrderIndex
+from receiver.extension import WebhookReceiver
 from receiver.storage.sql.tables import ORDER_REF
-from tests.conftest import AppFactory
+from tests.conftest import AppFactory, backend, build_app
 from tests.receiver.cli.test_order_story import KEY1, KEY2, _app, _cli, _event, _post, _store
 
 pytestmark = pytest.mark.storage
@@ -114,3 +119,55 @@ def test_events_after_an_unreadable_one_are_indexed_and_read_again_next_time(
     assert _search(both, "o-b") == {"listed": ["evt_k2"], "notes": []}
     with _store(both).engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ORDER_REF)).scalar() == 2
+
+
+def test_a_redaction_during_the_backfill_leaves_no_index_row_of_what_it_redacted(
+    make_app: AppFactory, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: `redact` commits between the backfill's read of a batch (the bodies still
+    there) and its write of their index rows. The rows must not outlive the bodies they were
+    read from: the redaction waits for the batch (it locks what it reads), then deletes them.
+    (SQLite: one writer at a time, the batch is atomic.)"""
+    if backend() != "postgresql":
+        pytest.skip("a race of two writers: PostgreSQL's (SQLite has one writer at a time)")
+    app = _app(make_app)
+    _stored_before_the_index(app, 2)
+    WebhookReceiver.state(app).worker(name="t").drain()  # done: old enough, redactable
+    tag = f"hl_redact_{uuid.uuid4().hex[:8]}"
+    other, _ = build_app(
+        f"{database_url}&application_name={tag}",
+        secrets="s1:whsec_default_0123456789",
+        data_keys=f"k1:{KEY1}",
+    )
+    redactor = WebhookReceiver.state(other).store
+    later = redactor.now() + timedelta(days=400)
+    redactor.clock = lambda: later
+    done: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: done.update(counts=redactor.retention.redact(timedelta(days=30)))
+    )
+    original = order_index.reindex
+
+    def read_then_redact(*args: Any, **kwargs: Any) -> None:
+        # The batch has been read: the redaction runs now, and commits unless it has to
+        # wait for this transaction.
+        thread.start()
+        with _store(app).engine.connect() as conn:
+            waiting = sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = :tag"
+                " AND wait_event_type = 'Lock'"
+            )
+            while thread.is_alive() and not conn.execute(waiting, {"tag": tag}).scalar():
+                thread.join(0.05)
+        original(*args, **kwargs)
+
+    monkeypatch.setattr(order_index, "reindex", read_then_redact)
+    try:
+        OrderIndex(_store(app).storage).backfill()
+    finally:
+        thread.join()
+        WebhookReceiver.state(other).store.engine.dispose()
+    assert done["counts"]["events"] == 2
+    with _store(app).engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ORDER_REF)).scalar() == 0
+    assert _search(app, "o1")["listed"] == []
