@@ -3,10 +3,11 @@
 A shop that installs hookledger on an account that has taken payments for months must not
 have its handlers run for what its earlier system already handled. ``reconcile adopt``:
 
-1. records a **cut-over** (``hookledger_cutover``) at the moment it starts reading; the
-   earlier system's history ends there, or just before the first delivery hookledger was
-   sent if that came earlier (the deploy pointed the processor at hookledger first:
-   :attr:`receiver.core.guard.CutOver.history_ends`);
+1. records the adopted account's own **cut-over** (``hookledger_cutover``) at the moment its
+   first run starts reading (a run that resumes it keeps it: never moved, never another
+   account's); the earlier system's history ends there, or just before the first delivery
+   hookledger was sent if that came earlier (the deploy pointed the processor at
+   hookledger first: :attr:`receiver.core.guard.CutOver.history_ends`);
 2. lists each kind's objects over its history (by default as far back as the open-object
    sweep follows objects of that kind: what is older cannot change any more), newest
    first, in windows, within a request budget, resumable (run it again to go on);
@@ -179,7 +180,9 @@ class Adopter:
     def _adopt(self, options: AdoptOptions) -> AdoptionReport:
         progress = self._progress()
         ops = self.inbox.operations
-        existing = ops.cutover()
+        # This account's own cut-over: recorded by its first adoption run and kept by every
+        # run that resumes it (never another account's, never moved).
+        existing = ops.cutover(account=self.store.account)
         cutover = existing.at if existing is not None else truncate_ms(self.clock())
         if existing is None:
             # Webhooks stored before this version kept the first delivery bound the deploy too.
@@ -223,6 +226,11 @@ class Adopter:
         for name in options.kinds:
             kind = KIND_NAMES[name]
             row = progress.get(name)
+            if row is not None and as_utc(row["cutover_at"]) != cutover:
+                # Progress toward another cut-over (an earlier version read the default
+                # account's for every account, and moved a seller's when resumed): this
+                # kind's history is read again up to this account's own.
+                row = None
             start = (
                 as_utc(row["history_start"])
                 if row is not None

@@ -11,6 +11,8 @@ import pytest
 
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.testing import WebhookTestClient
+from reconcile.runtime.adoption import AdoptOptions
+from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.platform import Platform, platform
 
@@ -63,4 +65,122 @@ def test_a_retry_just_after_adoption_of_a_payment_adoption_recorded_is_not_dispa
         for _ in range(2):
             p.advance(DAY)
             assert p.run(account).status == "ok"
+        assert p.handled == Counter()
+
+
+def test_a_seller_adopted_after_the_default_account_gets_its_own_cutover(
+    make_app: AppFactory,
+) -> None:
+    """Hole 2 (a): the platform's own account is adopted; a month later a seller with a
+    month of history of its own is onboarded. Its adoption records the seller's cut-over
+    (not the platform's month-old one), its whole history is recorded as seen, and its
+    first runs dispatch none of it."""
+    with platform(make_app, adopted=True) as p:
+        p.silence(DEFAULT_ACCOUNT)
+        p.pay(DEFAULT_ACCOUNT, "pay_platform_old")
+        p.advance(DAY)
+        p.silence(DEFAULT_ACCOUNT, False)
+        assert p.adopt(DEFAULT_ACCOUNT).finished
+        platform_cut = p.store.operations.cutover()
+        assert platform_cut is not None
+        p.silence("seller_a")  # the seller's earlier system, for a month
+        for n in range(10):
+            p.advance(3 * DAY)
+            p.pay("seller_a", f"pay_seller_{n}")
+        p.advance(timedelta(hours=1))
+        p.silence("seller_a", False)
+        onboarded = p.now()
+        report = p.adopt("seller_a")
+        assert report.finished, report.as_dict()
+        assert report.cutover_at is not None and report.cutover_at >= onboarded - timedelta(
+            milliseconds=1
+        )
+        assert report.kinds["payments"].recorded == Counter(succeeded=10)
+        seller_cut = p.store.operations.cutover(account="seller_a")
+        assert seller_cut is not None and seller_cut.at == report.cutover_at
+        assert p.store.operations.cutover() == platform_cut  # the platform's is untouched
+        for _ in range(2):
+            p.advance(DAY)
+            for account in p.sides:
+                assert p.run(account).status == "ok"
+        assert p.handled == Counter()
+
+
+def test_resuming_a_sellers_adoption_keeps_its_cutover(make_app: AppFactory) -> None:
+    """Hole 2 (b): a seller's adoption runs out of its request budget; an authorisation is
+    captured before it is resumed (the capture's webhook lost). The resumed adoption keeps
+    the cut-over its first run recorded, so the capture, which came after it, is
+    dispatched, not written off as history."""
+    with platform(make_app, adopted=True) as p:
+        p.silence("seller_a")
+        p.pay("seller_a", "pay_auth_old", manual=True)
+        p.advance(3 * DAY)
+        p.pay("seller_a", "pay_recent_old")
+        p.advance(DAY)
+        p.silence("seller_a", False)
+        options = AdoptOptions(kinds=["payments"], max_requests=1, since=p.now() - 20 * DAY)
+        first = p.adopt("seller_a", options)
+        assert not first.finished  # read the newest day only
+        cut = p.store.operations.cutover(account="seller_a")
+        assert cut is not None and cut.at == first.cutover_at
+        p.frozen.move_to(p.now() + timedelta(minutes=1))
+        p.sides["seller_a"].sandbox.faults.once("drop", event_type="payment_succeeded")
+        p.sides["seller_a"].sandbox.capture_payment("pay_auth_old", {})
+        p.settle()
+        p.frozen.move_to(p.now() + timedelta(minutes=1))
+        runs = 1
+        while not (resumed := p.adopt("seller_a", options)).finished:
+            assert resumed.cutover_at == first.cutover_at
+            runs += 1
+            assert runs < 20
+        assert resumed.cutover_at == first.cutover_at
+        assert p.store.operations.cutover(account="seller_a") == cut
+        p.drain()
+        for _ in range(3):
+            p.advance(DAY)
+            assert p.run("seller_a", ReconcileOptions(kinds=["payments"])).status == "ok"
+        assert p.handled == Counter({("seller_a", "payment", "pay_auth_old", "succeeded"): 1})
+
+
+def test_adoption_progress_toward_another_cutover_is_read_again(make_app: AppFactory) -> None:
+    """Upgrade: a seller adopted by an earlier version has its progress recorded toward the
+    platform's cut-over and no cut-over of its own. Adopting it again records its own and
+    reads its history again up to it (what was recorded stays so, nothing is dispatched)."""
+    from sqlalchemy import delete, update
+
+    from receiver.storage.tables import CutOver as CutOverRow
+    from reconcile.storage.tables import Adoption
+
+    progress = Adoption.__table__  # type: ignore[attr-defined]
+    cutovers = CutOverRow.__table__  # type: ignore[attr-defined]
+    with platform(make_app, adopted=True) as p:
+        p.silence(DEFAULT_ACCOUNT)
+        p.silence("seller_a")
+        p.pay("seller_a", "pay_seller_old")
+        p.advance(DAY)
+        assert p.adopt(DEFAULT_ACCOUNT).finished
+        platform_cut = p.store.operations.cutover()
+        assert platform_cut is not None
+        p.advance(DAY)
+        p.pay("seller_a", "pay_seller_recent")
+        p.advance(timedelta(hours=1))
+        assert p.adopt("seller_a", AdoptOptions(kinds=["payments"])).finished
+        with p.store.engine.begin() as conn:  # what the earlier version left
+            conn.execute(
+                update(progress)
+                .where(progress.c.account == "seller_a")
+                .values(cutover_at=platform_cut.at)
+            )
+            conn.execute(delete(cutovers).where(cutovers.c.account == "seller_a"))
+        p.advance(timedelta(hours=1))
+        p.silence("seller_a", False)
+        again = p.adopt("seller_a", AdoptOptions(kinds=["payments"]))
+        assert again.finished
+        assert again.kinds["payments"].listed == 2
+        seller_cut = p.store.operations.cutover(account="seller_a")
+        assert seller_cut is not None and seller_cut.at == again.cutover_at
+        assert seller_cut.at > platform_cut.at
+        assert p.projected("seller_a", "payment", "pay_seller_recent") == "succeeded"
+        p.advance(DAY)
+        assert p.run("seller_a", ReconcileOptions(kinds=["payments"])).status == "ok"
         assert p.handled == Counter()
