@@ -6,11 +6,16 @@ read is one hookledger exports."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
+import click
+
 from receiver.alerts import RULES_FILE
+from receiver.cli.commands import make_program
 from receiver.web.metrics import NAMES
+from reconcile.cli.commands import cli as reconcile_program
 from tests.receiver.alerts.rules_files import UNIT_TESTS, alerts, expressions, tool, with_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -105,3 +110,44 @@ def test_the_shortened_copy_changes_only_the_for_durations() -> None:
     assert short != text
     assert [expressions(a) for a in alerts(short)] == [expressions(a) for a in alerts(text)]
     assert "for: 1s" in short and "for: 2m" in text
+
+
+def _parses(program: click.Group, argv: list[str]) -> None:
+    """Parse ``argv`` as ``program`` would, down to the command it names, without running
+    it: an unknown command or option, or a missing argument, raises click's usage error."""
+    ctx = program.make_context(program.name, argv)
+    command: click.Command = program
+    while isinstance(command, click.Group):
+        # (the subcommand's name and its arguments: click keeps the name apart)
+        rest = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+        if not rest:
+            return
+        name, found, args = command.resolve_command(ctx, rest)
+        assert found is not None, argv
+        ctx = found.make_context(name, args, parent=ctx)
+        command = found
+
+
+def test_every_command_a_runbook_names_runs_as_written() -> None:
+    """What on-call copies from an alert at night must parse as written: each command of each
+    runbook is parsed by the real program (the placeholders filled in), and a `hookledger`
+    command names the app it needs (`--app`: without it the program cannot load the app)."""
+    fill = {
+        "<your app>": "examples.shop.app:create_app",
+        "{{ $labels.account }}": "eu",
+        "<event id>": "evt_1",
+    }
+    seen = 0
+    for alert in alerts():
+        runbook = alert.field("runbook") or ""
+        for command in re.findall(r"`((?:hookledger|reconcile) [^`]+)`", runbook):
+            for placeholder, value in fill.items():
+                command = command.replace(placeholder, value)
+            argv = shlex.split(command)
+            if argv[0] == "hookledger":
+                assert argv[1] == "--app", (alert.name, command)
+                _parses(make_program(), argv[1:])
+            else:
+                _parses(reconcile_program, argv[1:])
+            seen += 1
+    assert seen >= 15, seen
