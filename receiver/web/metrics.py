@@ -417,8 +417,9 @@ class DatabaseCollector(Collector):
     account's success must not hide another's failure. ``accounts`` (the app's account
     source's ``ids``) limits them to the accounts the installation has now (an account
     removed or deactivated keeps its runs, not its gauges); at most ``account_label_max`` get
-    a value of their own, any further one is folded into ``other`` (the oldest last success
-    and last run, drift and recoveries added up)."""
+    a value of their own, any further one is folded into ``other`` (the oldest last success,
+    none when one of them never succeeded, and the oldest last run; drift and recoveries
+    added up)."""
 
     def __init__(
         self,
@@ -512,6 +513,10 @@ class DatabaseCollector(Collector):
         infos: set[tuple[str, str, str]] = set()
         oldest_run: dict[str, float] = {}
         oldest_ok: dict[str, float] = {}
+        #: Labels with an account that has finished runs and never an ok one: the oldest
+        #: last success of theirs is none (an account folded into ``other`` must not be
+        #: hidden by another's success).
+        never_ok: set[str] = set()
         recovered: dict[tuple[str, str, str], int] = {}
         drift: dict[tuple[str, str, str], int] = {}
         for runs in found:
@@ -524,6 +529,8 @@ class DatabaseCollector(Collector):
             if runs.last_success is not None:
                 at = runs.last_success.timestamp()
                 oldest_ok[name] = min(at, oldest_ok.get(name, at))
+            else:
+                never_ok.add(name)
             for figure in recon_runs.recon_figures(row.report):
                 key = (figure.kind, figure.path, name)
                 recovered[key] = recovered.get(key, 0) + figure.recovered
@@ -533,7 +540,8 @@ class DatabaseCollector(Collector):
         for name, at in sorted(oldest_run.items()):
             when.add_metric([name], at)
         for name, at in sorted(oldest_ok.items()):
-            last_ok.add_metric([name], at)
+            if name not in never_ok:
+                last_ok.add_metric([name], at)
         by_figure = ["kind", "path", "account"]
         recovered_family = GaugeMetricFamily(
             "hookledger_reconcile_last_run_recovered",

@@ -279,6 +279,33 @@ def test_the_reconcile_gauges_fold_accounts_past_the_cap(make_app: AppFactory) -
     assert not [key for key in found if ("account", "a2") in key[1]]
 
 
+def test_a_folded_account_that_never_succeeded_is_not_hidden_by_another(
+    make_app: AppFactory,
+) -> None:
+    """``other``'s last success is the oldest of its accounts': an account among them with
+    runs and never an ``ok`` one has the oldest of all (none), so ``other`` has no last
+    success and HookledgerReconcileNotSucceeding's "runs, never a success" fires for it,
+    as it would for the account under a label of its own."""
+    import receiver.storage.database as db
+    from reconcile.storage.store import RECONCILE_MIGRATIONS
+
+    three = {f"a{i}": {"secrets": f"s1:whsec_a{i}_0123456789abcdef"} for i in (1, 2, 3)}
+    app, _ = make_app(secrets="", accounts=json.dumps(three))
+    Metrics(app, token=TOKEN, account_label_max=1)
+    engine = WebhookReceiver.state(app).store.engine
+    db.upgrade(engine, tree=RECONCILE_MIGRATIONS)
+    now = utcnow()
+    _runs(engine, "a1", ("ok", now))
+    _runs(engine, "a2", ("failed", now - timedelta(hours=3)), ("failed", now))
+    _runs(engine, "a3", ("ok", now))
+    found = scrape(app.test_client())
+    success = "hookledger_reconcile_last_success_timestamp_seconds"
+    assert value(found, success, account="a1") == pytest.approx(now.timestamp())
+    assert not [key for key in found if key[0] == success and ("account", "other") in key[1]]
+    last_run = "hookledger_reconcile_last_run_timestamp_seconds"
+    assert value(found, last_run, account="other") == pytest.approx(now.timestamp())
+
+
 @pytest.mark.slow
 def test_gunicorn_processes_add_up_in_multiprocess_mode(database_url: str, tmp_path: Path) -> None:
     import receiver.storage.database as hdb
