@@ -72,7 +72,8 @@ def search_notes(
         notes.append(
             "`hookledger order-index backfill` has not finished ("
             + ", ".join(unfinished)
-            + "): the events it has not reached are not found; run it again"
+            + "): the events it has not reached, or could not open, are not found; run it "
+            "again (with every data key: its report names any it lacked)"
         )
     if missing:
         keys = ", ".join(repr(k) for k in missing)
