@@ -12,6 +12,7 @@ from receiver.core.errors import (
     PayloadTooLarge,
     ReceiveError,
     SignatureError,
+    StorageBusy,
     StorageUnavailable,
     UnknownEventType,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ReceiveError",
     "Secret",
     "SignatureError",
+    "StorageBusy",
     "StorageUnavailable",
     "UnknownEventType",
     "WebhookReceiver",

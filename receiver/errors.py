@@ -50,6 +50,9 @@ from receiver.core.errors import (
     SignatureMissing as SignatureMissing,
 )
 from receiver.core.errors import (
+    StorageBusy as StorageBusy,
+)
+from receiver.core.errors import (
     StorageUnavailable as StorageUnavailable,
 )
 from receiver.core.errors import (
@@ -67,6 +70,7 @@ __all__ = [
     "MalformedEvent",
     "EventTooOld",
     "StorageUnavailable",
+    "StorageBusy",
     "SchemaNotReady",
     "UnknownEventType",
     "EventNotFound",

@@ -47,7 +47,7 @@ ENV_HELP = "Settings (app.config or environment): " + "; ".join(
 EXIT_HELP = (
     "Exit codes: 0 ok, 1 a problem found (status) or no such event (show), 2 usage or "
     "configuration error (missing secret, bad database URL, missing driver, schema missing: "
-    "run `hookledger db upgrade`), 5 database unreachable."
+    "run `hookledger db upgrade`), 5 database unreachable or busy."
 )
 
 

@@ -20,7 +20,12 @@ import click
 
 from receiver.config.logs import FORMATS, LEVELS, configure_logging
 from receiver.config.settings import SECRETS_OPTIONAL
-from receiver.core.errors import ConfigurationError, HookledgerError, StorageUnavailable
+from receiver.core.errors import (
+    ConfigurationError,
+    HookledgerError,
+    StorageBusy,
+    StorageUnavailable,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,6 +68,8 @@ def describe_error(
 
     if isinstance(exc, ConfigurationError):
         return exc.message, EXIT_USAGE
+    if isinstance(exc, StorageBusy):
+        return "the database is busy (a lock stayed held past the timeout)", EXIT_DATABASE
     if isinstance(exc, StorageUnavailable):
         return "the database is unreachable", EXIT_DATABASE
     if isinstance(exc, HookledgerError):

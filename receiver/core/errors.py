@@ -36,6 +36,8 @@ class ReceiveError(HookledgerError):
     #: ``hookledger_rejections_total``: one per code, so an alert on one (a database outage,
     #: a rotated secret) never fires for another.
     signal_reason = "rejected"
+    #: Seconds sent in ``Retry-After`` (the 503s: a refusal that is no fault of the request).
+    retry_after: int | None = None
 
 
 class PayloadTooLarge(ReceiveError):
@@ -116,6 +118,24 @@ class StorageUnavailable(ReceiveError):
     code = "HL_03"
     error_type = "api_error"
     signal_reason = "storage_unavailable"
+    retry_after = 30
+
+
+class StorageBusy(StorageUnavailable):
+    """The database is busy: a lock the delivery needs stayed held past the wait; retry
+    later.
+
+    Another writer held it (SQLite's write lock past ``HOOKLEDGER_SQLITE_BUSY_TIMEOUT``, or a
+    PostgreSQL row or table lock past the lock or statement timeout, SQLSTATE ``55P03`` or
+    ``57014``): the database answers, it did not store this delivery in time. Still a 503
+    that the processor retries, answered with its own code (``HL_09``) and counted under its
+    own reason (``storage_busy``), so that an alert on ``storage_unavailable`` (the database
+    down) never fires for it. A subclass of :class:`StorageUnavailable`: code that catches
+    that catches this too."""
+
+    code = "HL_09"
+    signal_reason = "storage_busy"
+    retry_after = 5
 
 
 class SchemaNotReady(ReceiveError):
@@ -125,6 +145,7 @@ class SchemaNotReady(ReceiveError):
     code = "HL_05"
     error_type = "api_error"
     signal_reason = "schema_not_ready"
+    retry_after = 60
 
 
 class UnknownEventType(HookledgerError, ValueError):

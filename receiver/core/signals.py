@@ -37,7 +37,9 @@ _signals = Namespace()
 event_received: Signal = _signals.signal("hookledger.event-received")
 #: A delivery was refused. ``reason``: ``bad_signature`` (401), ``too_large`` (413),
 #: ``malformed`` (400), ``too_old`` (400, older than ``HOOKLEDGER_MAX_EVENT_AGE``): the
-#: request's fault; ``storage_unavailable`` (503): the database's, only then. ``status``: the
+#: request's fault; ``storage_unavailable`` (503): the database's, only then;
+#: ``storage_busy`` (503): the database answered, but a lock stayed held past the wait
+#: (another writer's; not an outage). ``status``: the
 #: HTTP status answered; ``code``: the error code answered (``HL_01``...).
 event_rejected: Signal = _signals.signal("hookledger.event-rejected")
 #: An event id arrived again with a different body (kept, flagged). ``source``.

@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from receiver.core.clock import Clock, as_utc, utcnow
-from receiver.core.errors import StorageUnavailable
+from receiver.core.errors import StorageBusy, StorageUnavailable
 from receiver.core.keyring import Keyring
 from receiver.core.order_refs import OrderFields
 from receiver.storage.database import deferred_begin
@@ -66,10 +66,20 @@ def is_unavailable(exc: DBAPIError) -> bool:
 
 
 def unavailable(cause: BaseException | None) -> StorageUnavailable:
-    """A :class:`StorageUnavailable` caused by ``cause``."""
-    error = StorageUnavailable()
+    """The refusal a database failure ``cause`` makes of a delivery: :class:`StorageBusy`
+    when the database answered but a lock stayed held past the wait (:func:`is_busy`), else
+    :class:`StorageUnavailable` (the database down, unreachable, not answering)."""
+    error = StorageBusy() if cause is not None and is_busy(cause) else StorageUnavailable()
     error.__cause__ = cause
     return error
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether a database failure is a wait that ran out, not an outage: SQLite busy or
+    locked past its busy timeout, a PostgreSQL lock or statement timeout (``55P03``,
+    ``57014``), a deadlock or a serialization failure. (The same failures a handler's retry
+    soon may not meet: :func:`is_transient_conflict`.)"""
+    return is_transient_conflict(exc)
 
 
 #: PostgreSQL's conflicts between concurrent transactions (SQLSTATE): worth another try soon.

@@ -29,7 +29,7 @@ import receiver.core.accounts as accounts
 import receiver.storage.order_refs as order_refs
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc
-from receiver.core.errors import StorageUnavailable
+from receiver.core.errors import StorageBusy, StorageUnavailable
 from receiver.core.events import Event
 from receiver.core.headers import DEFAULT_STORED_HEADERS, clean_headers
 from receiver.storage.context import Storage, is_unavailable, unavailable
@@ -199,7 +199,9 @@ class Inbox:
 
         A new ``event_id`` is inserted; the same ``event_id`` with the same body is a
         duplicate; with a different body it is kept in the conflicts table and flagged.
-        Raises :class:`StorageUnavailable` when the database cannot be reached.
+        Raises :class:`StorageUnavailable` when the database cannot be reached, and its
+        subclass :class:`StorageBusy` when a lock the insert needs stayed held past the wait
+        (the busy timeout on SQLite, the lock or statement timeout on PostgreSQL).
 
         Deliveries stored by this process's threads at the same moment share one write and
         one commit (:mod:`receiver.storage.groupcommit`); each still gets its own answer, and only
@@ -226,8 +228,14 @@ class Inbox:
         try:
             return self._group.submit(values, timeout=self._write_wait)
         except TimeoutError:
-            log.error("webhook not stored: the database stayed locked", extra={"action": "busy"})
-            raise StorageUnavailable() from None
+            # The write in flight (this process's other threads' deliveries) waits for the
+            # database's lock: busy, not down.
+            log.warning(
+                "webhook not stored: the database stayed locked for %g s",
+                self._write_wait,
+                extra={"action": "busy"},
+            )
+            raise StorageBusy() from None
 
     def insert_on(
         self,
@@ -298,7 +306,7 @@ class Inbox:
         except DBAPIError as exc:
             if not is_unavailable(exc):
                 raise
-            raise StorageUnavailable() from exc
+            raise unavailable(exc) from exc
         answers = {r["event_id"]: found.get(r["event_id"], "inserted") for r in rows}
         answers.update(dict.fromkeys(queued, "queued"))
         return answers
@@ -349,7 +357,9 @@ class Inbox:
         try:
             with self._writers.hold(self._write_wait):
                 return self._insert_transaction(rows)
-        except OSError as exc:  # the lock stayed taken, or its file cannot be opened
+        except TimeoutError as exc:  # another writer kept the lock: busy
+            raise StorageBusy() from exc
+        except OSError as exc:  # its file cannot be opened
             raise StorageUnavailable() from exc
 
     def _insert_transaction(self, rows: list[dict[str, Any]]) -> list[Inserted]:
@@ -363,14 +373,14 @@ class Inbox:
         except DBAPIError as exc:
             if not is_unavailable(exc):
                 raise
-            raise StorageUnavailable() from exc
+            raise unavailable(exc) from exc
         try:
             with self.storage.deferred.begin() as conn:
                 return [self._insert_one(conn, values) for values in rows]
         except DBAPIError as exc:
             if not is_unavailable(exc):
                 raise
-            raise StorageUnavailable() from exc
+            raise unavailable(exc) from exc
 
     def _insert_batch(self, rows: list[dict[str, Any]]) -> list[Inserted | BaseException]:
         """:class:`GroupCommit`'s writer: one write for the batch; if it fails for a reason
@@ -385,8 +395,8 @@ class Inbox:
             # (A SQLite file's deliveries were each read by their own thread: none is a
             # committed duplicate.)
             return list(self._insert_together(rows))
-        except StorageUnavailable as exc:
-            return [unavailable(exc.__cause__) for _ in rows]
+        except StorageUnavailable as exc:  # busy or down: each delivery's own, same kind
+            return [_same_refusal(exc) for _ in rows]
         except Exception as exc:  # noqa: BLE001 - isolated below, or that delivery's error
             if len(rows) == 1:
                 return [exc]
@@ -551,7 +561,7 @@ class Inbox:
         except DBAPIError as exc:
             if not is_unavailable(exc):
                 raise
-            raise StorageUnavailable() from exc
+            raise unavailable(exc) from exc
         outcomes: list[Inserted | BaseException] = []
         conflicts: list[int] = []
         for values in rows:
@@ -629,8 +639,16 @@ def _log_conflict(values: dict[str, Any]) -> None:
     )
 
 
+def _same_refusal(exc: StorageUnavailable) -> StorageUnavailable:
+    """A refusal of the same kind as ``exc`` (busy or unavailable), for another delivery."""
+    error = type(exc)()
+    error.__cause__ = exc.__cause__
+    return error
+
+
 def _storage_error(exc: Exception) -> Exception:
-    """``exc`` as a delivery's outcome: :class:`StorageUnavailable` for a database outage."""
+    """``exc`` as a delivery's outcome: :class:`StorageUnavailable` for a database outage
+    (:class:`StorageBusy` when the database was busy)."""
     if isinstance(exc, DBAPIError) and is_unavailable(exc):
         return unavailable(exc)
     return exc

@@ -31,6 +31,7 @@ from receiver.core.errors import (
     ReceiveError,
     SchemaNotReady,
     SignatureError,
+    StorageBusy,
     StorageUnavailable,
 )
 from receiver.core.events import Event, parse_event
@@ -43,8 +44,13 @@ log = logging.getLogger("receiver.blueprint")
 
 
 def error_response(exc: ReceiveError) -> tuple[Response, int]:
+    """The processor's error shape; a 503 (busy, unavailable, schema behind) with
+    ``Retry-After``."""
     body = {"error": {"type": exc.error_type, "code": exc.code, "message": exc.message}}
-    return jsonify(body), exc.http_status
+    response = jsonify(body)
+    if exc.retry_after is not None:
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response, exc.http_status
 
 
 def _read_body(limit: int) -> bytes:
@@ -161,7 +167,13 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
                 else (account_id if is_account_id(account_id) else None),
             )
         level = logging.ERROR if isinstance(exc, StorageUnavailable) else logging.WARNING
-        if isinstance(exc, StorageUnavailable):
+        if isinstance(exc, StorageBusy):  # the database answers; a lock stayed held
+            log.warning(
+                "webhook not stored, the database is busy: %s",
+                _db_reason(exc),
+                extra={"action": "rejected", "reason": exc.code, "remote_addr": remote},
+            )
+        elif isinstance(exc, StorageUnavailable):
             log.log(
                 level,
                 "webhook not stored: %s",

@@ -84,7 +84,8 @@ NAMES: Final[Mapping[str, str]] = {
     "hookledger_rejections_total": "webhook deliveries refused, by reason "
     "(bad_signature, malformed, too_large, too_old, account_unknown, account_mismatch: "
     "the request's fault; "
-    "storage_unavailable, schema_not_ready: the database's; rejected: any other)",
+    "storage_unavailable, schema_not_ready: the database's; storage_busy: the database "
+    "answered but a lock stayed held past the wait; rejected: any other)",
     "hookledger_ack_seconds": "time to answer the processor (receive endpoint), by HTTP status",
     "hookledger_dispatch_latency_seconds": "from receipt to all handlers done, by source",
     "hookledger_handler_duration_seconds": "one handler's run, by handler and outcome",
@@ -117,7 +118,7 @@ NAMES: Final[Mapping[str, str]] = {
 #: Rejection reasons the shipped alert rules (``receiver/alerts``) read, exported at 0 from a
 #: process's start: a series that first appears at 1 hides that first one from ``increase()``.
 #: (With the account label on, each account's series still appears at its first rejection.)
-ZERO_REASONS: Final = ("bad_signature", "storage_unavailable", "schema_not_ready")
+ZERO_REASONS: Final = ("bad_signature", "storage_unavailable", "storage_busy", "schema_not_ready")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _DISPATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)

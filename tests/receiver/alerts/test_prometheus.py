@@ -190,6 +190,7 @@ def _scrape_evaluate_and_fire(prom: str, web: str) -> None:
         "hookledger_metrics_database_up",
         'hookledger_rejections_total{reason="bad_signature"}',
         'hookledger_rejections_total{reason="storage_unavailable"}',
+        'hookledger_rejections_total{reason="storage_busy"}',
         'hookledger_reconcile_last_success_timestamp_seconds{account="default"}',
         'hookledger_reconcile_last_run_timestamp_seconds{account="default"}',
         'hookledger_reconcile_last_run_info{account="default",status="ok"}',

@@ -26,6 +26,7 @@ EXPECTED = {
     "HookledgerOldestOpenEventTooOld",
     "HookledgerDeadLetters",
     "HookledgerDeliveriesRefusedStorage",
+    "HookledgerDeliveriesRefusedBusy",
     "HookledgerBadSignatures",
     "HookledgerReconcileNotSucceeding",
     "HookledgerReconcileDrift",

@@ -492,7 +492,7 @@ def test_the_alerted_rejection_reasons_start_at_zero() -> None:
         cwd=ROOT,
     ).stdout
     found = samples(text)
-    for reason in ("bad_signature", "storage_unavailable", "schema_not_ready"):
+    for reason in ("bad_signature", "storage_unavailable", "storage_busy", "schema_not_ready"):
         assert ("hookledger_rejections_total", (("reason", reason),)) in found, reason
         assert value(found, "hookledger_rejections_total", reason=reason) == 0
     assert ("hookledger_dead_letters_total", ()) in found

@@ -1,5 +1,6 @@
 """Every refused delivery is signalled and counted under the reason of its own code: only a
-database that cannot store it is ``storage_unavailable`` (an alert people page on)."""
+database that cannot store it is ``storage_unavailable`` (an alert people page on); one that
+answers but whose lock stayed held past the wait is ``storage_busy``."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ REASONS = {
     "HL_06": "too_old",
     "HL_07": "account_unknown",
     "HL_08": "account_mismatch",
+    "HL_09": "storage_busy",
     "HL_13": "too_large",
 }
 
@@ -134,6 +136,7 @@ def test_every_rejection_path_is_counted_under_its_code(
         "rejected": 0,
         "bad_signature": 3,
         "storage_unavailable": 1,
+        "storage_busy": 0,
         "malformed": 1,
         "schema_not_ready": 0,
         "too_old": 1,
