@@ -21,7 +21,11 @@ an earlier run, when the events API had no request for it yet, and it was dispat
 waits in the inbox) is stored all the same, for its original bytes, and counted
 ``already_known``, not ``recovered`` a second time: its dispatch is a duplicate transition.
 
-On an adopted account, undelivered events created before the cut-over are left alone.
+On an adopted account, undelivered events created before the earlier system's history ended
+(:attr:`receiver.core.guard.CutOver.history_ends`: the cut-over, or just before the first
+delivery when the deploy came before adoption) are left alone (``before_cutover``): the
+same line the guard and the watermarks draw. One created after it (a dispute won between
+the deploy and adoption, which adoption recorded as seen) is recovered and dispatched.
 
 The events API lists the merchant's events of every business profile: this path asks for the
 account's one profile (``profile_id``) when it names exactly one, and keeps only the events
@@ -40,10 +44,12 @@ from typing import Any, Final, Protocol
 from sqlalchemy import Table, select
 
 from receiver.core.accounts import DEFAULT_ACCOUNT, AccountSource
+from receiver.core.clock import as_utc
 from receiver.core.errors import MalformedEvent, SignatureError
 from receiver.core.events import Event, parse_event, parse_timestamp
+from receiver.core.guard import ADOPTED
 from receiver.core.signature import SIGNATURE_HEADER, Secret, verify
-from receiver.core.transitions import read_event
+from receiver.core.transitions import make_state, read_event
 from receiver.storage.account_table import StoredAccounts
 from receiver.storage.tables import InboxEvent, Source
 from receiver.store import Store
@@ -162,12 +168,15 @@ class UndeliveredEvents:
         )
         #: The rule of the run in progress (read afresh by each run).
         self._ownership: Ownership | None = None
+        #: Where the earlier system's history ends on this account (read by each run).
+        self._ends: datetime | None = None
 
     def __repr__(self) -> str:
         return f"UndeliveredEvents(merchant_id={self.merchant_id!r}, resend={self.resend})"
 
     def run(self, start: datetime, end: datetime, report: EventsReport, *, dry_run: bool) -> None:
         cutover = self.inbox.operations.cutover(account=self.account)
+        ends = self._ends = cutover.history_ends if cutover is not None else None
         ownership = self._ownership = Ownership(self.account, self.accounts)
         pager = self.api.iter_events(
             self.merchant_id,
@@ -199,7 +208,10 @@ class UndeliveredEvents:
                     report.other_profiles[ownership.profile_of(item)] += 1
                     continue
                 created = parse_timestamp(item.get("created"))
-                if cutover is not None and created is not None and created < cutover.at:
+                # Where the earlier system's history ends, as the guard and the watermarks
+                # judge it (the first delivery, when the deploy came before adoption): what
+                # happened after the deploy was sent to hookledger, whenever adoption ran.
+                if ends is not None and created is not None and created < ends:
                     report.before_cutover += 1
                     continue
                 batch.append((event_id, created))
@@ -239,17 +251,36 @@ class UndeliveredEvents:
     def _known(self, event: Event) -> bool:
         """Whether hookledger already holds the transition ``event`` stands for: dispatched
         (its owner in the transition ledger, as the guard reads it) or waiting in the inbox
-        (an open event of the object reporting the same state)."""
+        (an open event of the object reporting the same state).
+
+        A state adoption recorded as seen, that the object still stands at, is not held
+        when ``event`` shows it happening after the earlier system's history ended (a
+        dispute won between the deploy and adoption): the guard dispatches the event."""
         ref = event.object_ref
         if ref is None:
             return False
         state = read_event(ref.kind, event.event_type, ref.status, ref.stage).state
         if state is None:
             return False
+        sql = self.inbox.storage.sql
         with self.inbox.deferred.connect() as conn:
             key = (self.account, ref.kind, ref.object_id, state.key)
-            if self.inbox.storage.sql.transition_owners(conn, {key}):
-                return True
+            owner = sql.transition_owners(conn, {key}).get(key)
+            if owner is not None:
+                ends = self._ends
+                if (
+                    owner != ADOPTED
+                    or ends is None
+                    or event.timestamp is None
+                    or as_utc(event.timestamp) < ends
+                ):
+                    return True
+                rows = sql.projections(conn, {(self.account, ref.kind, ref.object_id)})
+                return not any(
+                    row.event_pk == ADOPTED
+                    and make_state(ref.kind, row.status, row.stage).key == state.key
+                    for row in rows
+                )
         waiting = self._local.waiting_states(ref.kind, [ref.object_id])
         return state in waiting.get(ref.object_id, ())
 

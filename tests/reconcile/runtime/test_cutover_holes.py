@@ -1,6 +1,7 @@
-"""Issue 28, holes 2 and 3: the cut-over an adoption records is the adopted account's own,
-stays where it was recorded, and no later delivery moves the end of history back before it;
-on the platform's default account and on a seller's (SQLite and PostgreSQL)."""
+"""Issue 28, holes 2, 3 and 4: the cut-over an adoption records is the adopted account's
+own, stays where it was recorded, no later delivery moves the end of history back before
+it, and every path (the events API too) dispatches what happened after history ended; on
+the platform's default account and on a seller's (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.testing import WebhookTestClient
-from reconcile.runtime.adoption import AdoptOptions
+from reconcile.runtime.adoption import Adopter, AdoptOptions
 from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.platform import Platform, platform
+from tests.reconcile.world import world
 
 pytestmark = pytest.mark.storage
 
@@ -184,3 +186,44 @@ def test_adoption_progress_toward_another_cutover_is_read_again(make_app: AppFac
         p.advance(DAY)
         assert p.run("seller_a", ReconcileOptions(kinds=["payments"])).status == "ok"
         assert p.handled == Counter()
+
+
+def test_an_undelivered_dispute_change_after_the_deploy_is_dispatched_by_the_events_path(
+    make_app: AppFactory,
+) -> None:
+    """Hole 4: the deploy points the processor at hookledger (a first delivery); ten minutes
+    later a dispute opened long before is won, its webhook lost; adoption starts ten
+    minutes after that and records the dispute, won, as seen (a dispute carries no
+    modification time). History ended at the deploy: the events API's undelivered
+    ``dispute_won`` is dispatched, not counted ``before_cutover``."""
+    with world(make_app, new_account=False, events_api=True) as w:
+        w.sandbox.webhook_url = None  # the earlier system's days
+        w.pay("pay_disputed")
+        dispute = w.sandbox.open_dispute("pay_disputed")["dispute_id"]
+        w.advance(2 * DAY)
+        w.sandbox.webhook_url = "http://merchant.test/webhooks/"
+        w.pay("pay_deployed")  # the deploy: hookledger's first delivery
+        w.settle()
+        w.frozen.move_to(w.now() + timedelta(minutes=10))
+        w.drop_next("dispute_won")
+        w.sandbox.dispute_action(dispute, "win")
+        w.settle()
+        w.frozen.move_to(w.now() + timedelta(minutes=10))
+        report = Adopter(w.client, w.store).adopt()
+        assert report.finished
+        assert report.history_ends is not None and report.cutover_at is not None
+        assert report.history_ends < report.cutover_at - timedelta(minutes=20)
+        assert report.kinds["disputes"].recorded == Counter({"dispute/dispute_won": 1})
+        w.frozen.move_to(w.now() + timedelta(minutes=5))
+        first = w.run()
+        assert first.status == "ok", first.as_dict()
+        assert first.events is not None
+        assert first.events.recovered == Counter(dispute_won=1)
+        w.drain()
+        assert w.handled[("dispute", dispute, "dispute/dispute_won")] == 1
+        assert w.handled == Counter(
+            {
+                ("payment", "pay_deployed", "succeeded"): 1,
+                ("dispute", dispute, "dispute/dispute_won"): 1,
+            }
+        )
