@@ -117,8 +117,13 @@ def event_body(
 ) -> bytes:
     """The body the processor would send for ``obj`` reaching its state: compact JSON in
     Hyperswitch's field order. Raises :class:`ValueError` when the object cannot be encoded
-    (an unpaired surrogate, nesting too deep, a NaN)."""
-    merchant = merchant_id or obj.get("merchant_id")
+    (an unpaired surrogate, nesting too deep, a NaN).
+
+    Its ``merchant_id`` is the object's own (a payment or a payout names its merchant: a
+    seller's is the seller's, whoever reads it), else ``merchant_id``: the merchant of the
+    account it is recovered into, for a refund, a dispute or a mandate, which name none."""
+    own = obj.get("merchant_id")
+    merchant = own if isinstance(own, str) and own else merchant_id
     body = {
         "merchant_id": merchant if isinstance(merchant, str) else None,
         "event_id": event_id,

@@ -2,6 +2,11 @@
 their request budgets and dialects, the sweep's budget, horizons and least interval
 (``HOOKLEDGER_RECONCILE_*``, ``HOOKLEDGER_SWEEP_*``, ``HOOKLEDGER_PAYMENTS_LIST``,
 ``HOOKLEDGER_PAYOUTS_LIST``); a bad value is one line and exit 2.
+
+The same options serve every account of ``--all-accounts``: nothing of one account is read
+here. ``HOOKLEDGER_MERCHANT_ID`` is the default account's merchant id, which a run takes
+from the installation's accounts (:meth:`reconcile.cli.context.Context.accounts`), each
+account its own, as the merchant its recovered events name when their object names none.
 """
 
 from __future__ import annotations
@@ -64,7 +69,6 @@ def options_from_env(**kwargs: Any) -> ReconcileOptions:
             lookback=timedelta(hours=_env_float("HOOKLEDGER_RECONCILE_LOOKBACK_HOURS", 48)),
             payments_dialect=env.get("HOOKLEDGER_PAYMENTS_LIST", "hyperswitch"),  # type: ignore[arg-type]
             payouts_dialect=env.get("HOOKLEDGER_PAYOUTS_LIST", "get"),  # type: ignore[arg-type]
-            merchant_id=env.get("HOOKLEDGER_MERCHANT_ID") or None,
             max_requests=int(_env_float("HOOKLEDGER_RECONCILE_MAX_REQUESTS", 2000)) or 1,
             sweep_budget=int(_env_float("HOOKLEDGER_SWEEP_BUDGET", 500)),
             sweep_policy=sweep_policy(),

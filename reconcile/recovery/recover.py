@@ -44,6 +44,8 @@ Fetch = Callable[[str, str], dict[str, Any]]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RecoveryOptions:
+    #: The merchant a recovered event names when its object names none (a refund, a
+    #: dispute, a mandate) and the account names none either (see :class:`Recovery`).
     merchant_id: str | None = None
     dry_run: bool = False
     #: The inbox source of synthesised events (``backfill`` for an explicit backfill).
@@ -75,6 +77,12 @@ class Recovery:
         self.fetch = fetch
         self.clock = clock
         self.ownership = ownership
+        #: The merchant a recovered event names when its object names none: the account's
+        #: own (a seller's, never the platform's), else the options'. An object that names
+        #: its merchant (a payment, a payout) is always sent under it.
+        self.merchant_id = (
+            ownership.merchant_id if ownership is not None else None
+        ) or self.options.merchant_id
         #: Requests spent confirming, per kind (they count toward the run's budget).
         self.spent: Counter[str] = Counter()
 
@@ -231,7 +239,7 @@ class Recovery:
             assert finding.event_type is not None
             try:
                 body, event_id, dated_by = diff.synthesise(
-                    finding, merchant_id=self.options.merchant_id, observed=now
+                    finding, merchant_id=self.merchant_id, observed=now
                 )
             except ValueError as exc:
                 tally.note_bad_row(f"{kind} {escape_id(finding.object_id)}: {exc}")

@@ -112,6 +112,8 @@ class ReconcileOptions:
     payouts_dialect: Literal["get", "post"] = "get"
     page_size: int = 100
     max_requests: int = DEFAULT_MAX_REQUESTS
+    #: The merchant a recovered event names when neither its object (a refund, a dispute,
+    #: a mandate) nor the run's account (its ``merchant_id`` in ``accounts``) names one.
     merchant_id: str | None = None
     lock_wait: float = 0.0
     sweep_budget: int = 500

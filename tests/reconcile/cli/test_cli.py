@@ -343,3 +343,64 @@ def test_a_new_seller_is_adopted_while_another_account_reconciles(database_url: 
         reports = json.loads(after.stdout)["accounts"]
         assert reports["asia"]["kinds"]["payments"]["recovered"] == {}
         assert reports["eu"]["status"] == "ok" and reports["asia"]["status"] == "ok"
+
+
+def test_a_sellers_recovered_events_name_the_sellers_merchant(database_url: str) -> None:
+    """Issue 28, hole 5: a platform (the default account: ``HOOKLEDGER_MERCHANT_ID``) and a
+    seller (its own merchant). Every event recovered into the seller's account names the
+    seller's merchant: a payment's, its own; a refund's (the object names none), the
+    seller account's. A platform that credits sellers by ``event.merchant_id`` never
+    credits itself."""
+    import sqlalchemy as sa
+
+    with (
+        SandboxServer("snd_platform_key_01", merchant_id="merchant_platform") as own,
+        SandboxServer("snd_seller_key_001", merchant_id="merchant_seller") as seller,
+    ):
+        own.sandbox.seed_payments(1, own.sandbox.now(), id_prefix="pay_own_")
+        (paid,) = seller.sandbox.seed_payments(1, seller.sandbox.now(), id_prefix="pay_sold_")
+        seller.sandbox.create_refund({"payment_id": paid, "amount": 500})
+        accounts = {
+            "seller": {
+                "merchant_id": "merchant_seller",
+                "secrets": "k:b",
+                "api_key": "snd_seller_key_001",
+                "base_url": seller.base_url,
+            }
+        }
+        env = {
+            "HOOKLEDGER_ACCOUNTS": json.dumps(accounts),
+            "HOOKLEDGER_API_KEY": "snd_platform_key_01",
+            "HOOKLEDGER_MERCHANT_ID": "merchant_platform",
+            "HOOKLEDGER_SECRETS": "k:a",
+        }
+        assert _run(database_url, own.base_url, "db", "upgrade", env=env).returncode == 0
+        for account in ("default", "seller"):
+            adopt = _run(
+                database_url, own.base_url, "--account", account, "adopt", "--new-account", env=env
+            )
+            assert adopt.returncode == 0, adopt.stderr
+        ran = _run(database_url, own.base_url, "run", "--all-accounts", "--json", env=env)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        alone = _run(database_url, own.base_url, "--account", "seller", "run", env=env)
+        assert alone.returncode == 0, alone.stdout + alone.stderr
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT account, object_kind, object_id, merchant_id, body "
+                    "FROM hookledger_event ORDER BY account, object_kind"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    found = {
+        (r.account, r.object_kind, r.merchant_id, json.loads(bytes(r.body))["merchant_id"])
+        for r in rows
+    }
+    assert found == {
+        ("default", "payment", "merchant_platform", "merchant_platform"),
+        ("seller", "payment", "merchant_seller", "merchant_seller"),
+        ("seller", "refund", "merchant_seller", "merchant_seller"),
+    }

@@ -1,10 +1,12 @@
-"""Issue 28, holes 2, 3 and 4: the cut-over an adoption records is the adopted account's
-own, stays where it was recorded, no later delivery moves the end of history back before
-it, and every path (the events API too) dispatches what happened after history ended; on
-the platform's default account and on a seller's (SQLite and PostgreSQL)."""
+"""Issue 28, holes 2 to 5: the cut-over an adoption records is the adopted account's own,
+stays where it was recorded, no later delivery moves the end of history back before it,
+every path (the events API too) dispatches what happened after history ended, and what a
+seller's account recovers names the seller's merchant; on the platform's default account
+and on a seller's (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import timedelta
 
@@ -15,7 +17,7 @@ from receiver.testing import WebhookTestClient
 from reconcile.runtime.adoption import Adopter, AdoptOptions
 from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
-from tests.reconcile.platform import Platform, platform
+from tests.reconcile.platform import START, Platform, platform
 from tests.reconcile.world import world
 
 pytestmark = pytest.mark.storage
@@ -227,3 +229,43 @@ def test_an_undelivered_dispute_change_after_the_deploy_is_dispatched_by_the_eve
                 ("dispute", dispute, "dispute/dispute_won"): 1,
             }
         )
+
+
+def test_a_sellers_recovered_events_name_its_own_merchant(make_app: AppFactory) -> None:
+    """Hole 5: whatever merchant id the run is given (the platform's, as the CLI gave every
+    account before), a seller's recovered payment names the merchant the payment names, and
+    its refund (which names none) the seller account's: the handlers see the seller."""
+    from receiver.core.objects import event_body
+
+    with platform(make_app) as p:
+        seller = p.sides["seller_a"].sandbox
+        seller.faults.once("drop", count=5)
+        p.pay("seller_a", "pay_sold")
+        refund = seller.create_refund({"payment_id": "pay_sold", "amount": 700})
+        p.settle()
+        assert p.handled == Counter()
+        given = ReconcileOptions(merchant_id="merchant_platform")
+        assert p.run("seller_a", given).status == "ok"
+        assert p.merchants == {
+            ("seller_a", "payment", "pay_sold"): {"merchant_seller_a"},
+            ("seller_a", "refund", refund["refund_id"]): {"merchant_seller_a"},
+        }
+    # The object's own merchant wins over the one given; the one given fills a gap.
+    named = event_body(
+        "payment",
+        {"payment_id": "pay_1", "merchant_id": "m_own", "status": "succeeded"},
+        event_id="evt_1",
+        event_type="payment_succeeded",
+        timestamp=START,
+        merchant_id="m_given",
+    )
+    assert json.loads(named)["merchant_id"] == "m_own"
+    unnamed = event_body(
+        "refund",
+        {"refund_id": "ref_1", "status": "succeeded"},
+        event_id="evt_2",
+        event_type="refund_succeeded",
+        timestamp=START,
+        merchant_id="m_given",
+    )
+    assert json.loads(unnamed)["merchant_id"] == "m_given"
