@@ -276,10 +276,12 @@ class Context:
 
 
 def exit_code(report: Report) -> int:
-    """The documented exit code of a finished run's report."""
-    if report.status == STATUS_INCOMPLETE:
+    """The documented exit code of a finished run's report; a dry run's is the one a real
+    run reading the same would exit with (its outcome: exit 4 when the processor could not
+    be read, never 0)."""
+    if report.outcome == STATUS_INCOMPLETE:
         return EXIT_PROCESSOR
-    if report.status == STATUS_UNRESOLVED:
+    if report.outcome == STATUS_UNRESOLVED:
         return EXIT_UNRESOLVED
     return EXIT_OK
 

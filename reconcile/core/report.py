@@ -12,7 +12,9 @@ A report never says more than is true:
 - ``incomplete``: the processor could not be read completely (an error, a stuck or
   over-budget listing, sweep objects left overdue): the run cannot vouch for what it did
   not see;
-- ``dry_run`` and ``failed`` (the run itself broke: see the error).
+- ``dry_run`` and ``failed`` (the run itself broke: see the error). A dry run's
+  ``outcome`` is one of the first three, as a real run reading the same would report it
+  (its exit code follows it).
 
 Objects of the merchant's other business profiles (another account's, or no single
 account's: :mod:`reconcile.core.ownership`) are skipped, counted by profile as
@@ -322,6 +324,16 @@ class Report:
             return STATUS_FAILED
         if self.dry_run:
             return STATUS_DRY_RUN
+        return self.outcome
+
+    @property
+    def outcome(self) -> str:
+        """What the run found, dry or not: ``failed``, ``incomplete``, ``unresolved`` or
+        ``ok``. A dry run's status is ``dry_run``; its outcome (and so its exit code) is
+        the one a real run reading the same would have: one that could not read the
+        processor is ``incomplete``, never ``ok`` with nothing recovered."""
+        if self.error is not None:
+            return STATUS_FAILED
         if self.failures:
             return STATUS_INCOMPLETE
         return STATUS_UNRESOLVED if self.unresolved else STATUS_OK
@@ -357,6 +369,7 @@ class Report:
             "mode": self.mode,
             "dry_run": self.dry_run,
             "status": self.status,
+            "outcome": self.outcome,
             "error": self.error,
             "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
@@ -372,9 +385,13 @@ class Report:
 
 def render(report: dict[str, Any]) -> str:
     """A stored or fresh report (``Report.as_dict()``) as a table for people."""
+    status = report["status"]
+    outcome = report.get("outcome")
+    if report["dry_run"] and outcome and outcome != status:
+        status = f"{status}, {outcome}"
     lines = [
         f"reconcile run #{report['run_id']} ({report['mode']}"
-        f"{', dry run' if report['dry_run'] else ''}): {report['status']} "
+        f"{', dry run' if report['dry_run'] else ''}): {status} "
         f"in {report.get('duration_seconds', 0):.2f} s"
     ]
     if report.get("error"):

@@ -90,6 +90,10 @@ def test_run_report_and_exit_codes(database_url: str) -> None:
     down = _run(database_url, "http://127.0.0.1:9", "run", "--json", "--kind", "payments")
     assert down.returncode == 4, down.stderr
     assert json.loads(down.stdout)["status"] == "incomplete"
+    # Issue 28, hole 9: a dry run that could not read the processor exits as a real run does.
+    dry_down = _run(database_url, "http://127.0.0.1:9", "run", "--dry-run", "--kind", "payments")
+    assert dry_down.returncode == 4, dry_down.stdout + dry_down.stderr
+    assert "dry_run, incomplete" in dry_down.stdout
 
 
 def test_environment_is_pinned_for_keys_without_a_prefix(database_url: str) -> None:

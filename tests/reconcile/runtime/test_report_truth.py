@@ -166,3 +166,36 @@ def test_the_clients_list_budget_does_not_cut_a_run_short(make_app: AppFactory) 
         incomplete = report.kinds["payments"].incomplete
         assert len(incomplete) == 1 and "request budget of 1 requests" in incomplete[0]
         assert report.status == "incomplete"
+
+
+def test_a_dry_run_exits_as_the_real_run_would(make_app: AppFactory) -> None:
+    """Issue 28, hole 9: a dry run that could not read the processor, or found drift, exits
+    4 or 1 as the same run without ``--dry-run`` does, never 0 with "recovered 0"."""
+    from reconcile.cli.context import EXIT_OK, EXIT_PROCESSOR, EXIT_UNRESOLVED, exit_code
+    from reconcile.core.report import render
+
+    with world(make_app) as w:
+        w.drop_next("payment_succeeded")
+        w.pay("pay_dry")
+        w.settle()
+        fine = w.run(ReconcileOptions(dry_run=True), drain=False)
+        assert (fine.status, fine.outcome, exit_code(fine)) == ("dry_run", "ok", EXIT_OK)
+        assert fine.kinds["payments"].recovered == Counter(payment_succeeded=1)
+        w.sandbox.faults.once("error", count=50, path="/", status=503)
+        for dry_run in (True, False):
+            report = w.run(ReconcileOptions(dry_run=dry_run), drain=False)
+            assert report.outcome == "incomplete", report.as_dict()
+            assert exit_code(report) == EXIT_PROCESSOR
+        assert "dry_run, incomplete" in render(
+            w.run(ReconcileOptions(dry_run=True), drain=False).as_dict()
+        )
+        w.sandbox.faults.reset()
+        w.run()  # recovered and dispatched
+        with w.store.engine.begin() as conn:  # the projection now ahead of the processor
+            conn.exec_driver_sql(
+                "UPDATE hookledger_projection SET status = 'cancelled_post_capture' "
+                "WHERE object_id = 'pay_dry'"
+            )
+        drift = w.run(ReconcileOptions(dry_run=True, mode="wide"), drain=False)
+        assert drift.outcome == "unresolved", drift.as_dict()
+        assert exit_code(drift) == EXIT_UNRESOLVED
