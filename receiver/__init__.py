@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from receiver.core.defer import Defer
 from receiver.core.errors import (
     ConfigurationError,
+    HandlerTransactionError,
     HookledgerError,
     MalformedEvent,
     PayloadTooLarge,
@@ -39,6 +40,7 @@ __all__ = [
     "ConfigurationError",
     "Defer",
     "Event",
+    "HandlerTransactionError",
     "HookledgerError",
     "MalformedEvent",
     "PayloadTooLarge",

@@ -152,6 +152,13 @@ class UnknownEventType(HookledgerError, ValueError):
     """The event type is not one of the processor's event types."""
 
 
+class HandlerTransactionError(HookledgerError):
+    """A handler tried to end hookledger's transaction: hookledger commits a handler's writes
+    together with its ledger row, after the handler returns. Use ``session.flush()`` to send
+    writes now, ``session.rollback()`` to undo your own writes, ``session.begin_nested()``
+    for a savepoint of your own."""
+
+
 class EventNotFound(HookledgerError, LookupError):
     """No stored event matches."""
 

@@ -3,8 +3,10 @@ transaction per batch.
 
 For each claimed event the guard decides first (:func:`receiver.core.guard.decide`, pure); then
 each handler that has not yet succeeded runs, a handler that takes the session inside a
-savepoint of its own; the ledger rows, transitions, projections and the events' outcomes are
-written in the same transaction, only while the worker still holds the events' leases.
+savepoint of its own, with a session that cannot end the transaction
+(:mod:`receiver.storage.handler_session`); the ledger rows, transitions, projections and the
+events' outcomes are written in the same transaction, only while the worker still holds the
+events' leases.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError, StatementError
 from sqlalchemy.orm import Session
 
 import receiver.core.guard as guard
 from receiver.core.clock import as_utc
 from receiver.core.defer import Defer
+from receiver.core.errors import HandlerTransactionError
 from receiver.core.retry import RetryPolicy
 from receiver.core.transitions import Reading, make_state, read_event
 from receiver.storage.context import (
@@ -33,6 +36,7 @@ from receiver.storage.context import (
     is_database_error,
     is_transient_conflict,
 )
+from receiver.storage.handler_session import TransactionEnded, TransactionGuard
 from receiver.storage.operator_actions import read_cutovers
 from receiver.storage.queue import Claimed
 from receiver.storage.sealed_columns import seal_outcomes
@@ -55,6 +59,17 @@ class _LeaseLost(Exception):
     """Another worker holds the lease now: roll back."""
 
 
+class _HandlerEndedTransaction(Exception):
+    """A handler ended the batch's transaction (on the driver's connection): roll back, fail
+    that handler, run the batch's events again one by one."""
+
+    def __init__(self, event_pk: int, handler: str, error: HandlerTransactionError) -> None:
+        super().__init__(str(error))
+        self.event_pk = event_pk
+        self.handler = handler
+        self.error = error
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Work:
     """A claimed event and the handlers to run for it."""
@@ -70,6 +85,9 @@ class Outcome:
     status: str
     ran: tuple[str, ...]
     failures: tuple[str, ...]
+    #: Handlers failed by the dispatcher although they returned (a refused commit the
+    #: handler caught, a transaction it ended), with their errors.
+    refused: tuple[tuple[str, BaseException], ...] = ()
 
 
 GuardState = tuple[
@@ -127,6 +145,19 @@ class Dispatcher:
             return []
         try:
             return self._dispatch_together(works, writing or nullcontext())
+        except _HandlerEndedTransaction as ended:
+            # Nothing of the transaction was kept (or, if the handler committed on the
+            # driver's connection, what was kept has no ledger rows): the handler that ended
+            # it fails alone, without running again, and every event of the batch is
+            # dispatched again on its own.
+            log.error(
+                "a handler ended hookledger's transaction: %s",
+                ended.error.message,
+                extra={"action": "handler_ended_transaction", "handler": ended.handler},
+            )
+            return [
+                self.dispatch_many([_failing(work, ended)], writing=writing)[0] for work in works
+            ]
         except _LeaseLost:
             if len(works) == 1:
                 log.warning(
@@ -173,94 +204,97 @@ class Dispatcher:
         projections: list[dict[str, Any]] = []
         ledger: list[dict[str, Any]] = []
         finals: list[dict[str, Any]] = []
-        # ``writing`` is entered on the stack below the session's transaction: it is let go
-        # after the commit (or the rollback), not before.
-        with ExitStack() as stack:
-            session = stack.enter_context(Session(self.storage.engine))
-            with session.begin():
-                conn = session.connection()
-                if not self._still_held(conn, works, now):
-                    raise _LeaseLost()  # before any handler ran: retried one by one
-                owners, currents, done = self._load_guard_state(conn, works)
-                cutovers = read_cutovers(conn, {w.claimed.account for w in works})
-                for work in works:
-                    c = work.claimed
-                    reading = _reading(c)
-                    key = reading.state.key if reading.state is not None else None
-                    verdict = guard.decide(
-                        event_pk=c.pk,
-                        incoming=reading.state,
-                        event_time=c.event_time,
-                        replay=c.replay_of is not None,
-                        transition_owner=owners.get((c.account, c.object_kind, c.object_id, key)),
-                        current=currents.get((c.account, c.object_kind, c.object_id)),
-                        note=reading.note,
-                        cutover=cutovers.get(c.account),
-                        arrival=guard.Arrival(
-                            source=c.source,
-                            received_at=as_utc(c.received_at),
-                            historical=c.source in Source.HISTORICAL,
-                            observed=c.source == Source.API,
-                            object_created=as_utc(c.object_created_at)
-                            if c.object_created_at is not None
-                            else None,
-                        ),
-                    )
-                    if verdict.claim is not None:
-                        transitions.append(
-                            {
-                                "account": c.account,
-                                "object_kind": c.object_kind,
-                                "object_id": c.object_id,
-                                "state": verdict.claim,
-                                "event_pk": c.pk,
-                                "created_at": now,
-                            }
-                        )
-                    if verdict.projection is not None:
-                        projections.append(
-                            {
-                                "account": c.account,
-                                "object_kind": c.object_kind,
-                                "object_id": c.object_id,
-                                "status": verdict.projection.status,
-                                "stage": verdict.projection.stage,
-                                "event_time": c.event_time,
-                                "object_created_at": c.object_created_at,
-                                "event_pk": c.pk,
-                                "updated_at": now,
-                            }
-                        )
-                    if verdict.decision != "dispatch":
-                        finals.append(self._final(c, verdict.decision, verdict.reason, now))
-                        outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
-                        continue
-                    ran, failures, deferrals, only_conflicts = self._run_handlers(
-                        session, c, work.handlers, done.get(c.pk, set()), ledger, now
-                    )
-                    if failures:
-                        final = self._final(
-                            c, "failed", "\n".join(failures), now, soon=only_conflicts
-                        )
-                    elif deferrals:
-                        final = self._deferred(c, deferrals, now)
-                    else:
-                        final = self._final(c, EventStatus.DONE, None, now)
-                    finals.append(final)
-                    label = "deferred" if deferrals and not failures else final["b_status"]
-                    if label == "deferred" and final["b_status"] == EventStatus.DEAD:
-                        label = EventStatus.DEAD
-                    outcomes.append(Outcome(status=label, ran=ran, failures=failures))
-                written = Outcomes(
-                    transitions=transitions,
-                    projections=projections,
-                    ledger=ledger,
-                    finals=finals,
+        # ``writing`` is entered on the stack below the transaction: it is let go after the
+        # commit (or the rollback), not before.
+        with ExitStack() as stack, self.storage.engine.begin() as conn:
+            guards: list[TransactionGuard] = []
+
+            def handler_guard() -> TransactionGuard:
+                """The handlers' sessions' guard, made for the first handler that needs one."""
+                if not guards:
+                    guards.append(TransactionGuard(conn))
+                return guards[0]
+
+            if not self._still_held(conn, works, now):
+                raise _LeaseLost()  # before any handler ran: retried one by one
+            owners, currents, done = self._load_guard_state(conn, works)
+            cutovers = read_cutovers(conn, {w.claimed.account for w in works})
+            for work in works:
+                c = work.claimed
+                reading = _reading(c)
+                key = reading.state.key if reading.state is not None else None
+                verdict = guard.decide(
+                    event_pk=c.pk,
+                    incoming=reading.state,
+                    event_time=c.event_time,
+                    replay=c.replay_of is not None,
+                    transition_owner=owners.get((c.account, c.object_kind, c.object_id, key)),
+                    current=currents.get((c.account, c.object_kind, c.object_id)),
+                    note=reading.note,
+                    cutover=cutovers.get(c.account),
+                    arrival=guard.Arrival(
+                        source=c.source,
+                        received_at=as_utc(c.received_at),
+                        historical=c.source in Source.HISTORICAL,
+                        observed=c.source == Source.API,
+                        object_created=as_utc(c.object_created_at)
+                        if c.object_created_at is not None
+                        else None,
+                    ),
                 )
-                written = seal_outcomes(self.storage.keyring, written)  # error texts
-                stack.enter_context(writing)
-                if not self._sql.write_outcomes(conn, written, self.storage.now()):
-                    raise _LeaseLost()  # rolls back the handlers' writes too
+                if verdict.claim is not None:
+                    transitions.append(
+                        {
+                            "account": c.account,
+                            "object_kind": c.object_kind,
+                            "object_id": c.object_id,
+                            "state": verdict.claim,
+                            "event_pk": c.pk,
+                            "created_at": now,
+                        }
+                    )
+                if verdict.projection is not None:
+                    projections.append(
+                        {
+                            "account": c.account,
+                            "object_kind": c.object_kind,
+                            "object_id": c.object_id,
+                            "status": verdict.projection.status,
+                            "stage": verdict.projection.stage,
+                            "event_time": c.event_time,
+                            "object_created_at": c.object_created_at,
+                            "event_pk": c.pk,
+                            "updated_at": now,
+                        }
+                    )
+                if verdict.decision != "dispatch":
+                    finals.append(self._final(c, verdict.decision, verdict.reason, now))
+                    outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
+                    continue
+                ran, failures, deferrals, only_conflicts, refused = self._run_handlers(
+                    conn, handler_guard, c, work.handlers, done.get(c.pk, set()), ledger, now
+                )
+                if failures:
+                    final = self._final(c, "failed", "\n".join(failures), now, soon=only_conflicts)
+                elif deferrals:
+                    final = self._deferred(c, deferrals, now)
+                else:
+                    final = self._final(c, EventStatus.DONE, None, now)
+                finals.append(final)
+                label = "deferred" if deferrals and not failures else final["b_status"]
+                if label == "deferred" and final["b_status"] == EventStatus.DEAD:
+                    label = EventStatus.DEAD
+                outcomes.append(Outcome(status=label, ran=ran, failures=failures, refused=refused))
+            written = Outcomes(
+                transitions=transitions,
+                projections=projections,
+                ledger=ledger,
+                finals=finals,
+            )
+            written = seal_outcomes(self.storage.keyring, written)  # error texts
+            stack.enter_context(writing)
+            if not self._sql.write_outcomes(conn, written, self.storage.now()):
+                raise _LeaseLost()  # rolls back the handlers' writes too
         return outcomes
 
     def _still_held(self, conn: Connection, works: Sequence[Work], now: datetime) -> bool:
@@ -314,54 +348,69 @@ class Dispatcher:
 
     def _run_handlers(
         self,
-        session: Session,
+        conn: Connection,
+        handler_guard: Callable[[], TransactionGuard],
         claimed: Claimed,
         handlers: Sequence[HandlerCall],
         done: set[str],
         ledger: list[dict[str, Any]],
         now: datetime,
-    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[Defer, ...], bool]:
+    ) -> tuple[
+        tuple[str, ...],
+        tuple[str, ...],
+        tuple[Defer, ...],
+        bool,
+        tuple[tuple[str, BaseException], ...],
+    ]:
         ran: list[str] = []
         failures: list[str] = []
         deferrals: list[Defer] = []
         transient: list[str] = []
+        refused: list[tuple[str, BaseException]] = []
         for name, call, needs_session in handlers:
             if name in done:
                 continue
-            # Only a handler that writes through the session needs a savepoint to undo.
-            savepoint = session.begin_nested() if needs_session else None
-            try:
-                call(session)
-                if savepoint is not None:
-                    session.flush()
-            except Exception as exc:  # noqa: BLE001 - a handler may raise anything
-                # Judged by the connection, not the exception's class (SQLite reports almost
-                # every SQL error as OperationalError, PostgreSQL a deadlock too): when the
-                # handler's savepoint rolls back and the connection still answers, the
-                # handler failed; otherwise the database did, and the batch is aborted.
-                if (
-                    (isinstance(exc, DBAPIError) and exc.connection_invalidated)
-                    or not _rolled_back(savepoint)
-                    or (is_database_error(exc) and not _answers(session))
-                ):
-                    raise
-                if isinstance(exc, Defer):
-                    ledger.append(_ledger_row(claimed.pk, name, "deferred", exc.reason, now))
-                    deferrals.append(exc)
-                    continue
-                if is_database_error(exc):
-                    _hide_parameters(exc)
-                    if is_transient_conflict(exc):
-                        transient.append(name)
-                ledger.append(_ledger_row(claimed.pk, name, "failed", _describe(exc), now))
-                failures.append(f"{name}: {type(exc).__name__}: {_first_line(exc)}")
+            if needs_session:
+                # In a savepoint of its own, with a session that cannot end the transaction;
+                # raises when the database was lost (the batch is aborted) or when the
+                # handler ended the transaction (the batch is dispatched again, one by one).
+                try:
+                    failure = handler_guard().run(call)
+                except TransactionEnded as ended:
+                    raise _HandlerEndedTransaction(claimed.pk, name, ended.error) from ended
             else:
-                if savepoint is not None:
-                    savepoint.commit()
+                # No session, no savepoint: nothing of the handler's is in the transaction.
+                failure = None
+                try:
+                    call(cast(Session, None))
+                except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+                    failure = exc
+            if failure is None:
                 ledger.append(_ledger_row(claimed.pk, name, "succeeded", None, now))
                 ran.append(name)
+                continue
+            # Judged by the connection, not the exception's class (SQLite reports almost
+            # every SQL error as OperationalError, PostgreSQL a deadlock too): once the
+            # handler's savepoint is rolled back, if the connection still answers, the
+            # handler failed; otherwise the database did, and the batch is aborted.
+            if is_database_error(failure) and not _answers(conn):
+                if isinstance(failure, SQLAlchemyError):
+                    raise failure
+                raise DisconnectionError("the database stopped answering") from failure
+            if isinstance(failure, HandlerTransactionError):
+                refused.append((name, failure))
+            if isinstance(failure, Defer):
+                ledger.append(_ledger_row(claimed.pk, name, "deferred", failure.reason, now))
+                deferrals.append(failure)
+                continue
+            if is_database_error(failure):
+                _hide_parameters(failure)
+                if is_transient_conflict(failure):
+                    transient.append(name)
+            ledger.append(_ledger_row(claimed.pk, name, "failed", _describe(failure), now))
+            failures.append(f"{name}: {type(failure).__name__}: {_first_line(failure)}")
         only_conflicts = len(transient) == len(failures) > 0
-        return tuple(ran), tuple(failures), tuple(deferrals), only_conflicts
+        return tuple(ran), tuple(failures), tuple(deferrals), only_conflicts, tuple(refused)
 
     # -- how a claimed event is closed ----------------------------------------------------
 
@@ -457,23 +506,29 @@ def _ledger_row(
     }
 
 
-def _rolled_back(savepoint: Any) -> bool:
-    """Roll back a handler's savepoint (if it had one); ``False`` when the database did not
-    answer the rollback."""
-    if savepoint is None:
-        return True
-    try:
-        savepoint.rollback()
-    except SQLAlchemyError:
-        return False
-    return True
+def _failing(work: Work, ended: _HandlerEndedTransaction) -> Work:
+    """``work`` as it is dispatched again after a handler ended the batch's transaction:
+    that handler (if it is one of this event's) fails with ``ended.error``, not run again."""
+    if work.claimed.pk != ended.event_pk:
+        return work
+
+    def refuse(_session: Session) -> None:
+        raise ended.error
+
+    return Work(
+        claimed=work.claimed,
+        handlers=[
+            (name, refuse, False) if name == ended.handler else (name, call, needs)
+            for name, call, needs in work.handlers
+        ],
+    )
 
 
-def _answers(session: Session) -> bool:
+def _answers(conn: Connection) -> bool:
     """Whether the batch's connection still answers (after the handler's savepoint was rolled
     back, its transaction is usable again on both databases)."""
     try:
-        session.connection().exec_driver_sql("SELECT 1").scalar()
+        conn.exec_driver_sql("SELECT 1").scalar()
     except SQLAlchemyError:
         return False
     return True

@@ -378,7 +378,10 @@ class Worker:
         for work, outcome in zip(works, outcomes, strict=True):
             claimed = work.claimed
             info = _info(claimed)
-            for name, status, seconds, error in timings.get(claimed.pk, _Timings()).runs():
+            timed = timings.get(claimed.pk, _Timings())
+            for name, error in outcome.refused:  # failed although it returned
+                timed.fail(name, error)
+            for name, status, seconds, error in timed.runs():
                 signals.send(
                     signals.handler_finished,
                     **info,
@@ -514,6 +517,11 @@ class _Timings:
             self._runs[name] = ("succeeded", time.perf_counter() - started, None)
 
         return timed
+
+    def fail(self, name: str, error: BaseException) -> None:
+        """The dispatcher failed ``name`` although it returned (a refused commit it caught)."""
+        _status, seconds, _error = self._runs.get(name, ("failed", 0.0, None))
+        self._runs[name] = ("failed", seconds, error)
 
     def runs(self) -> list[tuple[str, str, float, Any]]:
         return [(name, status, secs, err) for name, (status, secs, err) in self._runs.items()]

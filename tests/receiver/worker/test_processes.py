@@ -229,3 +229,77 @@ def test_worker_started_while_the_database_is_down_waits_instead_of_crashing(
             worker.wait()
         if worker.stderr:
             worker.stderr.close()
+
+
+def test_a_worker_burst_with_a_committing_handler_ends_and_ships_as_the_ledger_says(
+    database_url: str, migrated: sa.Engine
+) -> None:
+    """Issue 28, hole 1, in a real process: a handler that calls ``session.commit()`` used to
+    end the worker's transaction; the worker took the next error for an outage and claimed
+    the event again for ever (``--burst`` never ended), the shipment committed on each loop
+    without its ledger row. Now ``worker --burst`` ends; the event is dead-lettered after its
+    attempts with the refusal as its error, nothing was shipped, and the rollback-pattern
+    handler beside it reserved each object once."""
+    from receiver.core.events import parse_event
+    from receiver.store import Store
+    from tests.apps.commitapp import RESERVATION_TABLE, SHIPMENT_TABLE, create_shop_tables
+
+    create_shop_tables(migrated)
+    store = Store(migrated)
+    for event_type, object_id, event_id in (
+        ("payment_succeeded", "pay_1", "evt_pay"),
+        ("refund_succeeded", "pay_1", "evt_refund"),  # reserves pay_1 again: rolled back
+    ):
+        body = encode(build_event(event_type, object_id=object_id, event_id=event_id))
+        store.inbox.insert(parse_event(body), body)
+    with migrated.begin() as conn:  # pay_1 was reserved before, by the shop itself
+        conn.execute(sa.text(f"INSERT INTO {RESERVATION_TABLE} (object_id) VALUES ('pay_1')"))
+
+    worker = subprocess.Popen(
+        [
+            str(BIN / "hookledger"),
+            "--app",
+            "tests.apps.commitapp:create_app",
+            "worker",
+            "--burst",
+            "--poll-interval",
+            "0.05",
+        ],
+        env=_env(database_url, HOOKLEDGER_MAX_ATTEMPTS="3"),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _, stderr = worker.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        _, stderr = worker.communicate()
+        pytest.fail("worker --burst never ended: " + stderr.decode(errors="replace")[-2000:])
+    assert worker.returncode == 0, stderr.decode(errors="replace")[-2000:]
+    assert b"storage unavailable" not in stderr
+
+    with migrated.connect() as conn:
+        events = {
+            r.event_id: r
+            for r in conn.execute(
+                sa.text("SELECT id, event_id, status, attempts, last_error FROM hookledger_event")
+            )
+        }
+        ledger = {
+            (r.event_pk, r.handler): r
+            for r in conn.execute(
+                sa.text("SELECT event_pk, handler, status, attempts FROM hookledger_handler_run")
+            )
+        }
+        shipped = conn.execute(sa.text(f"SELECT event_id FROM {SHIPMENT_TABLE}")).all()
+        reserved = conn.execute(sa.text(f"SELECT object_id FROM {RESERVATION_TABLE}")).all()
+    pay, refund = events["evt_pay"], events["evt_refund"]
+    assert (pay.status, pay.attempts) == ("dead", 3)
+    assert "HandlerTransactionError" in (pay.last_error or "")
+    ship = ledger[(pay.id, "ship")]
+    assert (ship.status, ship.attempts) == ("failed", 3)
+    assert shipped == []  # shipped exactly as often as the ledger says it succeeded: never
+    assert ledger[(pay.id, "reserve")].status == "succeeded"
+    assert refund.status == "done" and ledger[(refund.id, "reserve")].status == "succeeded"
+    assert [r[0] for r in reserved] == ["pay_1"]
