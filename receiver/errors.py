@@ -23,10 +23,16 @@ from receiver.core.errors import (
     EventTooOld as EventTooOld,
 )
 from receiver.core.errors import (
+    HandlerTransactionError as HandlerTransactionError,
+)
+from receiver.core.errors import (
     HookledgerError as HookledgerError,
 )
 from receiver.core.errors import (
     MalformedEvent as MalformedEvent,
+)
+from receiver.core.errors import (
+    NotTheAccounts as NotTheAccounts,
 )
 from receiver.core.errors import (
     PayloadTooLarge as PayloadTooLarge,
@@ -72,6 +78,8 @@ __all__ = [
     "StorageUnavailable",
     "StorageBusy",
     "SchemaNotReady",
+    "HandlerTransactionError",
+    "NotTheAccounts",
     "UnknownEventType",
     "EventNotFound",
     "DataUnavailable",

@@ -28,11 +28,11 @@ import receiver.storage.database as db
 from receiver.cli.commands import hookledger_group
 from receiver.config.settings import Settings
 from receiver.core.accounts import (
-    DEFAULT_ACCOUNT,
     AccountSource,
     ChainedAccounts,
     StaticAccounts,
     object_key,
+    owner_of_object,
 )
 from receiver.core.registry import Registry
 from receiver.core.retry import RetryPolicy
@@ -146,7 +146,7 @@ class WebhookReceiver:
         dispatch: bool = False,
         wait: float = 2.0,
         app: Flask | None = None,
-        account: str = DEFAULT_ACCOUNT,
+        account: str | None = None,
     ) -> Observation:
         """Feed an object exactly as the processor's API returned it through the inbox.
 
@@ -166,14 +166,21 @@ class WebhookReceiver:
           over while the handlers ran (their session writes rolled back): it is queued, and
           a worker dispatches it. The lease is renewed while the handlers run.
         - ``account``: the processor account the object belongs to (see "Several
-          accounts" in the README); an unknown account is a :class:`ConfigurationError`.
+          accounts" in the README); an unknown account is a :class:`ConfigurationError`,
+          and one that does not own the object (its ``merchant_id`` or ``profile_id`` is
+          another account's) is refused with :class:`receiver.errors.NotTheAccounts`.
+          Without it, the object goes to the account the shared URL would route its
+          webhook to, by its merchant and profile
+          (:func:`receiver.core.accounts.owner_of_object`); ``NotTheAccounts`` when no
+          single account owns it.
         """
         from receiver.core.clock import utcnow
         from receiver.core.observe import Observation, build
         from receiver.storage.tables import Source
 
         state = self.state(app)
-        state.account(account)  # raises for an unknown account
+        if account is not None:
+            state.account(account)  # raises for an unknown account, before reading
         kind, object_id, obj_state, event, body = build(resource, kind=kind, now=utcnow())
         key = obj_state.key if obj_state is not None else None
         if event is None or body is None:
@@ -190,6 +197,13 @@ class WebhookReceiver:
                 "dispatch=True runs the handlers after the observation is committed: call "
                 "observe() after your commit, or without session="
             )
+        account = owner_of_object(
+            state.accounts,
+            event.merchant_id,
+            event.profile_id,
+            account_id=account,
+            about=f"the {kind} {object_id!r}",
+        ).id
         if session is not None:
             inserted = state.store.inbox.insert_on(
                 session.connection(), event, body, source=Source.API, account=account

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from receiver.core.errors import ConfigurationError
+from receiver.core.errors import ConfigurationError, NotTheAccounts
 from receiver.core.signature import Secret, parse_secrets
 
 #: The account of an installation that configures none (today's settings), and of every
@@ -263,6 +263,88 @@ def only_owner(
     return owners[0] if len(owners) == 1 else None
 
 
+def merchant_naming(accounts: AccountSource, profile_id: str) -> str | None:
+    """The merchant of the active account that names ``profile_id`` (a profile id is the
+    processor's, unique across merchants), or ``None`` when none does. Reads every account:
+    for objects that do not name their merchant (a refund, a dispute)."""
+    found = None
+    for account_id in accounts.ids():
+        account = accounts.get(account_id)
+        if account is not None and account.active and profile_id in account.profile_ids:
+            found = account.merchant_id
+            if found is not None:
+                break
+    return found
+
+
+def owner_of_object(
+    accounts: AccountSource,
+    merchant_id: str | None,
+    profile_id: str | None,
+    *,
+    account_id: str | None = None,
+    about: str = "the object",
+) -> Account:
+    """The account an API object the shop observed is filed under: its ``merchant_id`` (a
+    refund, a dispute: the merchant of the account naming its ``profile_id``) and its
+    ``profile_id`` route it by the rule the shared URL routes a delivery by
+    (:meth:`AccountSource.for_body`). An object that names no merchant, neither directly
+    nor through a profile an account names (a mandate), is the installation's only active
+    account's, if it has one.
+
+    ``account_id`` (the caller's ``account=``): that account (:class:`ConfigurationError` if
+    there is none), refused with :class:`NotTheAccounts` unless it owns the object, and when
+    the object names its merchant, unless no other account is the one the shared URL would
+    route it to. Without it, :class:`NotTheAccounts` when no single account owns the object.
+    """
+    merchant = merchant_id
+    if merchant is None and profile_id is not None:
+        merchant = merchant_naming(accounts, profile_id)
+    named = f"{about} (merchant_id {merchant_id!r}, profile_id {profile_id!r})"
+    routed = accounts.for_body(merchant, profile_id) if merchant is not None else None
+    if account_id is not None:
+        account = accounts.get(account_id) if is_account_id(account_id) else None
+        if account is None:
+            raise ConfigurationError(f"unknown account {str(account_id)[:80]!r}")
+        if routed is not None and routed.id != account.id:
+            raise NotTheAccounts(
+                f"{named} is account {routed.id!r}'s, not {account.id!r}'s: observe it "
+                f"with account={routed.id!r}"
+            )
+        own = merchant if merchant is not None else account.merchant_id
+        if not account.owns(own, profile_id):
+            raise NotTheAccounts(
+                f"{named} is not account {account.id!r}'s: its merchant or profile is another's"
+            )
+        return account
+    if merchant is not None:
+        if routed is None:
+            raise NotTheAccounts(
+                f"no single account owns {named}: add its account, or pass account="
+            )
+        return routed
+    only = _only_active(accounts)
+    if only is None or not only.owns(only.merchant_id, profile_id):
+        raise NotTheAccounts(
+            f"{named} does not name its merchant and no profile an account names: with "
+            "several accounts, pass account="
+        )
+    return only
+
+
+def _only_active(accounts: AccountSource) -> Account | None:
+    """The installation's one active account, or ``None`` when it has none or several."""
+    found: Account | None = None
+    for account_id in accounts.ids():
+        account = accounts.get(account_id)
+        if account is None or not account.active:
+            continue
+        if found is not None and found.id != account.id:
+            return None
+        found = account
+    return found
+
+
 def parse_accounts(spec: str | Mapping[str, Any] | Sequence[Account] | None) -> tuple[Account, ...]:
     """Accounts from configuration: a JSON object ``{"<id>": {"merchant_id": ..., "secrets":
     "id:secret,...", "api_key": ...}}`` (text or an already parsed mapping) or a sequence
@@ -296,7 +378,9 @@ __all__ = [
     "check_account_id",
     "event_key",
     "is_account_id",
+    "merchant_naming",
     "object_key",
     "only_owner",
+    "owner_of_object",
     "parse_accounts",
 ]

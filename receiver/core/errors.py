@@ -111,6 +111,13 @@ class AccountMismatch(ReceiveError):
     signal_reason = "account_mismatch"
 
 
+class NotTheAccounts(HookledgerError, ValueError):
+    """``observe()``: the object is not the account's (its ``merchant_id`` or ``profile_id``
+    is another account's), or no single account owns it: refused, never filed under the
+    wrong account (as a delivery to an account's URL naming another merchant is, 403
+    ``HL_08``)."""
+
+
 class StorageUnavailable(ReceiveError):
     """Event storage is unavailable; retry later."""
 

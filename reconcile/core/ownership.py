@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from receiver.core.accounts import Account, AccountSource
+from receiver.core.accounts import Account, AccountSource, merchant_naming
 
 __all__ = ["NO_PROFILE", "Ownership"]
 
@@ -97,14 +97,7 @@ class Ownership:
         """The merchant of an account that names ``profile_id`` (``None``: none does)."""
         if profile_id not in self._merchants:
             assert self.accounts is not None
-            found = None
-            for account_id in self.accounts.ids():
-                account = self.accounts.get(account_id)
-                if account is not None and account.active and profile_id in account.profile_ids:
-                    found = account.merchant_id
-                    if found is not None:
-                        break
-            self._merchants[profile_id] = found
+            self._merchants[profile_id] = merchant_naming(self.accounts, profile_id)
         return self._merchants[profile_id]
 
     def owns_object(self, obj: Mapping[str, Any]) -> bool:

@@ -22,7 +22,7 @@ from receiver.core.accounts import (
     object_key,
     parse_accounts,
 )
-from receiver.core.errors import ConfigurationError
+from receiver.core.errors import ConfigurationError, NotTheAccounts
 from receiver.core.events import Event, parse_event
 from receiver.core.signature import Secret
 from receiver.extension import WebhookReceiver
@@ -190,8 +190,9 @@ def test_the_default_account_keeps_todays_settings_beside_new_accounts(
     ]
     # observe() in an account: the api response dispatches in that account only.
     api = dict(build_event("payment_failed", object_id="pay_o")["content"]["object"])
+    api_eu = {**api, "merchant_id": "merchant_eu"}
     with app.app_context():
-        first = hooks.observe(api, dispatch=True, account="eu")
+        first = hooks.observe(api_eu, dispatch=True, account="eu")
         other = hooks.observe(api, dispatch=True)
         with pytest.raises(ConfigurationError, match="unknown account"):
             hooks.observe(api, account="nowhere")
@@ -466,3 +467,101 @@ def test_status_says_which_account_has_old_open_events(make_app: AppFactory) -> 
     assert "oldest open event of account us is" in result.output
     assert "account us: open 1" in result.output
     assert json.loads(shown.output)["accounts"]["us"]["open"] == 1
+
+
+SELLER_SECRET = "whsec_seller_0123456789abcdef"
+SELLER = {
+    "merchant_id": "merchant_seller",
+    "profile_ids": "pro_seller",
+    "secrets": f"k1:{SELLER_SECRET}",
+}
+
+
+def _api(event_type: str, object_id: str, **fields: Any) -> dict[str, Any]:
+    """The object the processor's API returns (the content of its webhook)."""
+    return dict(build_event(event_type, object_id=object_id, **fields)["content"]["object"])
+
+
+@pytest.mark.parametrize("default_merchant", [None, "merchant_1234"], ids=["any", "named"])
+def test_a_sellers_payment_observed_without_account_is_the_sellers(
+    make_app: AppFactory, default_merchant: str | None
+) -> None:
+    """Issue 28, hole 7: observe() without account= filed a seller's payment under the
+    default account, so the seller's own webhook dispatched it a second time. It now goes
+    where the shared URL routes it: by its merchant_id and profile_id."""
+    seen = Seen()
+    config: dict[str, Any] = {"accounts": json.dumps({"seller": SELLER})}
+    if default_merchant is not None:
+        config["merchant_id"] = default_merchant
+    app, hooks = make_app(seen.hooks, **config)
+    paid = {"merchant_id": "merchant_seller", "profile_id": "pro_seller"}
+    with app.app_context():
+        seen_here = hooks.observe(_api("payment_succeeded", "pay_s", **paid), dispatch=True)
+    assert seen_here.status == "done"
+    webhook = build_event(
+        "payment_succeeded",
+        object_id="pay_s",
+        merchant_id="merchant_seller",
+        profile_id="pro_seller",
+    )
+    status, answer = _post(app, "/webhooks/seller/", webhook, SELLER_SECRET)
+    assert (status, answer["status"]) == (200, "inserted")
+    WebhookTestClient(app, account="seller").drain()
+    WebhookTestClient(app).drain()
+    assert seen.events == [("seller", "pay_s", "payment_succeeded")]  # once, the seller's
+    operations = WebhookReceiver.state(app).store.operations
+    assert operations.projection("payment", "pay_s") is None  # nothing in the default account
+    row = operations.get(str(answer["event_id"]), account="seller")
+    assert row is not None and row.status == "duplicate"
+    # The seller's refund names no merchant: its profile, named by the seller, routes it.
+    refund = _api("refund_succeeded", "ref_s", payment_id="pay_s", profile_id="pro_seller")
+    assert "merchant_id" not in refund
+    with app.app_context():
+        hooks.observe(refund, dispatch=True)
+    assert seen.events[-1] == ("seller", "ref_s", "refund_succeeded")
+
+
+def test_observe_refuses_an_object_of_another_account_and_one_nobody_owns(
+    make_app: AppFactory,
+) -> None:
+    """An explicit account= that the object's merchant or profile contradicts is refused,
+    as a delivery to an account's URL naming another merchant is (403 HL_08); so is, without
+    account=, an object no single account owns. Nothing is stored."""
+    seen = Seen()
+    app, hooks = make_app(
+        seen.hooks, merchant_id="merchant_1234", accounts=json.dumps({"seller": SELLER})
+    )
+    sellers = _api(
+        "payment_succeeded", "pay_s", merchant_id="merchant_seller", profile_id="pro_seller"
+    )
+    defaults = _api("payment_succeeded", "pay_d")  # merchant_1234, the default's
+    with app.app_context():
+        with pytest.raises(NotTheAccounts, match="account 'seller''s, not 'default''s"):
+            hooks.observe(sellers, account="default")
+        with pytest.raises(NotTheAccounts, match="account 'default''s, not 'seller''s"):
+            hooks.observe(defaults, account="seller", dispatch=True)
+        other_profile = {**sellers, "payment_id": "pay_p", "profile_id": "pro_elsewhere"}
+        with pytest.raises(NotTheAccounts, match="not account 'seller''s"):
+            hooks.observe(other_profile, account="seller")
+        with pytest.raises(NotTheAccounts, match="no single account owns"):
+            hooks.observe({**sellers, "payment_id": "pay_x", "merchant_id": "merchant_zzz"})
+        unnamed = _api("refund_succeeded", "ref_x", profile_id="pro_nobody")
+        with pytest.raises(NotTheAccounts, match="pass account="):
+            hooks.observe(unnamed)
+        assert _stored(app) == []
+        # The right account, named or not, is taken.
+        assert hooks.observe(sellers, account="seller").stored == "inserted"
+        assert hooks.observe(defaults).stored == "inserted"
+        assert hooks.observe(unnamed, account="default").stored == "inserted"
+    assert sorted(a for a, _ in _stored(app)) == ["default", "default", "seller"]
+
+
+def test_one_account_alone_observes_every_object_as_before(make_app: AppFactory) -> None:
+    """One account: whatever merchant a payment names, and a mandate that names none."""
+    app, hooks = make_app()
+    with app.app_context():
+        payment = _api("payment_succeeded", "pay_1", merchant_id="any_merchant_at_all")
+        assert hooks.observe(payment).stored == "inserted"
+        mandate = _api("mandate_active", "man_1")
+        assert hooks.observe(mandate).stored == "inserted"
+    assert [a for a, _ in _stored(app)] == [DEFAULT_ACCOUNT, DEFAULT_ACCOUNT]
