@@ -1,0 +1,462 @@
+"""What the world model checks, and the moves whose outcome it checks on the spot: the
+worker's drain, the shop's ``observe``, a ``reconcile`` run, and the quiet end.
+
+The invariants (see :mod:`tests.model.test_world_model`):
+
+- :func:`nothing_twice`: no (account, object, transition) reached the handlers twice,
+  counting hookledger's committed dispatches and the earlier system's;
+- :func:`each_account_its_own`: no handler saw another account's object or merchant, and
+  no account projects an object that is not its own;
+- :func:`check_run`: a report says ``ok`` only when every object it covered equals the
+  processor (or waits in the inbox), and the exit code says what the report found;
+- :func:`quiet_and_final`: once quiet, after a final reconcile, every object equals the
+  processor and every state an object ended in after its account went live reached the
+  handlers exactly once.
+
+Every failure message carries the world's log (what the rules did, in order) and, for an
+object, its story in the inbox.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
+import receiver.core.objects as objects
+from receiver.core.accounts import DEFAULT_ACCOUNT
+from receiver.core.clock import as_utc
+from receiver.core.errors import HookledgerError
+from receiver.storage.tables import InboxEvent
+from tests.model import holes
+from tests.model.processor import Thing, announced, api_object, things
+from tests.model.shop import WorkerKilled
+from tests.model.world import START, Account, Run, World
+
+__all__ = ["START"]
+
+Key = tuple[str, str, str, str]
+
+
+class ModelFailure(AssertionError):
+    """An invariant of the world model does not hold."""
+
+
+def fail(w: World, message: str) -> ModelFailure:
+    tail = "\n".join(w.log[-60:])
+    return ModelFailure(f"{message}\n--- what happened (latest last) ---\n{tail}")
+
+
+# -- the worker ---------------------------------------------------------------------------
+
+
+def drain(w: World, *, limit: int = 500) -> None:
+    """A worker runs every due event's handlers (``hookledger worker --burst``). A worker a
+    handler killed is gone: its leases stay until they expire. The database never fails
+    in this world: a storage error out of a batch is hookledger's (a handler ended its
+    transaction, say), and ``--burst`` would never exit."""
+    worker = w.shop.worker()
+    for _ in range(limit):
+        try:
+            if not worker.run_once():
+                return
+        except WorkerKilled:
+            w.note(f"worker {worker.name} killed mid-batch")
+            return
+        except SQLAlchemyError as exc:
+            raise fail(
+                w,
+                f"the worker's batch failed on a healthy database ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200]}); hookledger worker --burst takes it for a "
+                "storage outage and never exits",
+            ) from exc
+    raise fail(w, f"the worker still had due events after {limit} batches")
+
+
+# -- the shop's own code -------------------------------------------------------------------
+
+
+def observe(w: World, i: int, *, with_account: bool, dispatch: bool) -> None:
+    """The shop looks an object up at the processor and feeds the answer to ``observe``,
+    naming its account or not. Without ``account=`` a seller's object must be refused, or
+    filed under its own account (routed by merchant and profile), never under another."""
+    live = [t for t in w.things() if w.accounts[t.account].adopted]
+    if holes.NEW_OBSERVE_UNDATED_MANDATE:
+        live = [t for t in live if t.kind != "mandate" or not _before_cutover(w, t)]
+    if not live:
+        return
+    thing = live[i % len(live)]
+    if holes.HOLE_7_OBSERVE_WITHOUT_ACCOUNT and thing.account != DEFAULT_ACCOUNT:
+        with_account = True
+    resource = api_object(w.merchants[thing.merchant].sandbox, thing.kind, thing.object_id)
+    kwargs: dict[str, Any] = {"account": thing.account} if with_account else {}
+    where = f"account={thing.account}" if with_account else "no account"
+    try:
+        seen = w.shop.hooks.observe(resource, dispatch=dispatch, app=w.app, **kwargs)
+    except WorkerKilled:
+        w.note(f"observe {thing.kind}:{thing.object_id} ({where}): the process died")
+        return
+    except SQLAlchemyError as exc:
+        raise fail(
+            w, f"observe(dispatch=True) failed on a healthy database: {type(exc).__name__}"
+        ) from exc
+    except (HookledgerError, ValueError) as exc:
+        if with_account or thing.account == DEFAULT_ACCOUNT:
+            raise
+        w.note(f"observe {thing.kind}:{thing.object_id} ({where}): refused ({exc})")
+        return
+    w.note(
+        f"observe {thing.account}'s {thing.kind}:{thing.object_id} ({where}, "
+        f"dispatch={dispatch}): {seen.stored} {seen.status}"
+    )
+    if seen.pk is not None:
+        filed = w.inbox_account(seen.pk)
+        if filed != thing.account:
+            raise fail(
+                w,
+                f"observe ({where}) filed {thing.account}'s {thing.kind}:{thing.object_id} "
+                f"under account {filed}",
+            )
+
+
+def _before_cutover(w: World, thing: Thing) -> bool:
+    cutover = w.accounts[thing.account].cutover_at
+    created = w.moves[(thing.account, thing.kind, thing.object_id)][0][1]
+    return cutover is not None and created < cutover
+
+
+# -- reconcile --------------------------------------------------------------------------
+
+
+def reconcile(
+    w: World, target: int | None, *, wide: bool, dry_run: bool, fail_path: str | None
+) -> None:
+    """``reconcile run`` for one account or all, incremental or wide, perhaps a dry run,
+    perhaps with the processor failing a list; then the run is checked."""
+    known = [a for a in w.accounts.values() if a.on_hookledger or a.id == DEFAULT_ACCOUNT]
+    chosen = None if target is None else known[target % len(known)]
+    options = ["--mode", "wide"] if wide else []
+    if dry_run:
+        options.append("--dry-run")
+    merchants = [a.merchant for a in known] if chosen is None else [chosen.merchant]
+    if fail_path is not None:
+        for merchant in merchants:
+            merchant.sandbox.faults.once("error", count=3, path=fail_path, status=500)
+    try:
+        run_accounts(
+            w, chosen, options, note=f" (processor failing {fail_path})" if fail_path else ""
+        )
+    finally:
+        for merchant in merchants:
+            merchant.sandbox.faults.reset()
+
+
+def run_accounts(
+    w: World, account: Account | None, options: list[str], *, note: str = ""
+) -> list[Run]:
+    """``reconcile run --json OPTIONS`` for ``account``, or ``--all-accounts``; each run
+    checked (:func:`check_run`)."""
+    if account is None:
+        args = ["run", "--all-accounts", "--json", *options]
+        covered = [a for a in w.accounts.values() if a.on_hookledger or a.id == DEFAULT_ACCOUNT]
+    else:
+        args = ["--account", account.id, "run", "--json", *options]
+        covered = [account]
+    run = w.reconcile(*args)
+    w.note(f"reconcile {' '.join(args)}{note}: exit {run.code}")
+    check_run(w, run, covered)
+    return [run]
+
+
+def check_run(w: World, run: Run, accounts: list[Account]) -> None:
+    """Each account's part of ``run``: the exit code its report calls for, and an ``ok``
+    only when every object the report covered equals the processor."""
+    data = run.json()
+    for account in accounts:
+        if data is not None and "accounts" in data:
+            report = data["accounts"].get(account.id)
+            if report is None:
+                raise fail(w, f"reconcile --all-accounts left out account {account.id}")
+            code = report["exit_code"] if "exit_code" in report else _code_of(report)
+            if report.get("status") == "failed":
+                report = None
+        else:
+            report, code = data, run.code
+        if not account.adopted or account.stage == "adopting":
+            if code != 6:
+                raise fail(w, f"account {account.id} is not adopted, yet its run exits {code}")
+            continue
+        if report is None:
+            raise fail(w, f"account {account.id}'s run failed: exit {code}: {run.stderr.strip()}")
+        failures = report["totals"].get("failures", 0)
+        status = report["status"]
+        expected = 4 if failures else {"ok": 0, "unresolved": 1, "dry_run": 0}.get(status)
+        if code != expected:
+            raise fail(
+                w,
+                f"account {account.id}: a {'dry ' if report['dry_run'] else ''}run whose report "
+                f"is {status} with {failures} incomplete read(s) exits {code}, not {expected}",
+            )
+        if status == "ok":
+            ok_means_in_step(w, account, report)
+
+
+def _code_of(report: dict[str, Any]) -> int:
+    if report["totals"].get("failures", 0):
+        return 4
+    return {"ok": 0, "unresolved": 1}.get(report["status"], 0)
+
+
+def ok_means_in_step(w: World, account: Account, report: dict[str, Any]) -> None:
+    projected = w.projections()
+    waiting = w.open_objects()
+    wrong = []
+    for thing in things(account.merchant):
+        if thing.account != account.id:
+            continue
+        part = report["kinds"].get(f"{thing.kind}s")
+        if part is None:
+            continue
+        start, end = (datetime.fromisoformat(t) for t in part["window"])
+        obj = api_object(account.merchant.sandbox, thing.kind, thing.object_id)
+        created = objects.created_time(thing.kind, obj)
+        if created is None or not start <= created <= end:
+            continue
+        remote = w.truth(thing)
+        key = (account.id, thing.kind, thing.object_id)
+        if not announced(thing.kind, remote) or key in waiting:
+            continue
+        if projected.get(key) != remote:
+            wrong.append(f"{thing.kind}:{thing.object_id} {projected.get(key)} != {remote}")
+    if wrong:
+        raise fail(
+            w,
+            f"account {account.id}'s report says ok, but objects it covered are not the "
+            f"processor's: {wrong}",
+        )
+
+
+# -- after every step -------------------------------------------------------------------
+
+
+def handled(w: World) -> Counter[Key]:
+    """How often each transition reached the handlers: hookledger's committed dispatches
+    and the earlier system's (once each)."""
+    counts: Counter[Key] = Counter(w.shop.dispatched())
+    counts.update(w.network.earlier.handled)
+    return counts
+
+
+def nothing_twice(w: World) -> None:
+    twice = {k: n for k, n in handled(w).items() if n > 1 and not by_design(w, k)}
+    if twice:
+        stories = "\n".join(story(w, k) for k in twice)
+        raise fail(w, f"transitions dispatched more than once: {twice}\n{stories}")
+
+
+def by_design(w: World, key: Key) -> bool:
+    """A transition the earlier system handled that hookledger dispatched once more, where
+    the README says it may ("Going live on an existing account"): a webhook hookledger
+    stored between the deploy and adoption is its own; and a change in the five minutes
+    before the first delivery hookledger was sent, when that came before the cut-over."""
+    if key not in w.network.earlier.handled or w.shop.dispatched().get(key, 0) != 1:
+        return False
+    account = w.accounts[key[0]]
+    if account.cutover_at is None:
+        return True  # stored and dispatched before adoption: hookledger's own
+    (event_id,) = w.shop.event_ids(key)
+    table = InboxEvent.__table__  # type: ignore[attr-defined]
+    with w.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(table.c.source, table.c.received_at).where(
+                table.c.account == account.id, table.c.event_id == event_id
+            )
+        ).one()
+    if row[0] == "webhook" and as_utc(row[1]) < account.cutover_at:
+        return True
+    first = w.first_delivery.get(account.id)
+    if first is None or first >= account.cutover_at:
+        return False
+    reached = [t for state, t in w.moves.get(key[:3], []) if state == key[3]]
+    return any(t >= first - timedelta(minutes=5) for t in reached)
+
+
+def each_account_its_own(w: World) -> None:
+    if w.shop.violations:
+        raise fail(w, "a handler saw another account's object: " + "; ".join(w.shop.violations))
+    owned = {(t.account, t.kind, t.object_id) for t in w.things()}
+    foreign = [key for key in w.projections() if key not in owned]
+    if foreign:
+        raise fail(w, f"accounts project objects that are not theirs: {foreign}")
+
+
+def story(w: World, key: Key) -> str:
+    """An object's events in the inbox, and who handled the transition."""
+    account, kind, object_id, state = key
+    table = InboxEvent.__table__  # type: ignore[attr-defined]
+    with w.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                table.c.id,
+                table.c.source,
+                table.c.event_type,
+                table.c.object_status,
+                table.c.status,
+                table.c.event_time,
+                table.c.received_at,
+            )
+            .where(
+                table.c.account == account,
+                table.c.object_kind == kind,
+                table.c.object_id == object_id,
+            )
+            .order_by(table.c.id)
+        ).all()
+    earlier = "handled" if key in w.network.earlier.handled else "not handled"
+    lines = [f"  {key}: earlier system {earlier}"]
+    lines += [
+        f"    #{r[0]} {r[1]} {r[2]} ({r[3]}) -> {r[4]}; happened {r[5]}, received {r[6]}"
+        for r in rows
+    ]
+    moves = w.moves.get((account, kind, object_id), [])
+    lines.append("    at the processor: " + ", ".join(f"{s} {t:%m-%d %H:%M}" for s, t in moves))
+    return "\n".join(lines)
+
+
+# -- the end ------------------------------------------------------------------------------
+
+
+def quiet_and_final(w: World) -> None:
+    """The world goes quiet: every account goes live, every handler is well, the network
+    delivers everything, the processor sends what it still has to; a nightly wide run a
+    day apart, twice. Then every object equals the processor, and every state an
+    object ended in after its account went live reached the handlers exactly once."""
+    w.note("--- the world goes quiet ---")
+    w.shop.moods.clear()
+    w.shop.notify_moods.clear()
+    w.network.fates.clear()
+    for account in list(w.accounts.values()):
+        if account.stage == "history":
+            w.deploy(account)
+    for request in list(w.network.held):
+        w.network.post(request)
+    w.network.held.clear()
+    deliver_everything(w)
+    for account in list(w.accounts.values()):
+        for _ in range(20):
+            if account.stage == "live":
+                break
+            w.adopt(account)
+        if account.stage != "live":
+            raise fail(w, f"account {account.id}'s adoption never finished")
+    deliver_everything(w)
+    w.advance(timedelta(hours=2))
+    drain(w)
+    last: list[Run] | None = None
+    for _ in range(2):
+        w.advance(timedelta(days=1))
+        deliver_everything(w)
+        w.note("final reconcile:")
+        last = run_accounts(w, None, ["--mode", "wide"])
+        drain(w)
+        nothing_twice(w)
+        each_account_its_own(w)
+    assert last is not None
+    for run in last:
+        if run.code != 0:
+            raise fail(w, f"the final reconcile is not ok (exit {run.code}): {run.stdout[-3000:]}")
+    if w.open_objects():
+        raise fail(w, f"events still open in a quiet world: {sorted(w.open_objects())}")
+    everything_in_step(w)
+    nothing_lost(w)
+
+
+def deliver_everything(w: World) -> None:
+    """The processor sends every attempt it has left (its retries, as time passes)."""
+    for _ in range(100):
+        w.deliver()
+        drain(w)
+        due = w.next_delivery()
+        if due is None:
+            return
+        if due > w.now():
+            w.frozen.move_to(due)
+            for merchant in w.merchants.values():
+                merchant.sandbox.tick()
+            w.observe_processor()
+    raise fail(w, "the processor still had webhooks to send after 100 rounds")
+
+
+def everything_in_step(w: World) -> None:
+    """Every object equals the processor, except a mandate hookledger never saw, on an
+    account without the events API: mandates have no list, so neither adoption nor a run
+    can find one ("What each path catches, and what nothing can")."""
+    projected = w.projections()
+    wrong = []
+    for thing in w.things():
+        remote = w.truth(thing)
+        if not announced(thing.kind, remote):
+            continue
+        account = w.accounts[thing.account]
+        key = (thing.account, thing.kind, thing.object_id)
+        if thing.kind == "mandate" and key not in projected:
+            last = w.moves[key][-1][1]
+            if not account.events_api or (account.deployed_at and last < account.deployed_at):
+                continue  # never seen by hookledger, nor undelivered: no path can find it
+        local = projected.get((thing.account, thing.kind, thing.object_id))
+        if local != remote:
+            wrong.append(f"{thing.account} {thing.kind}:{thing.object_id} {local} != {remote}")
+    if wrong:
+        raise fail(w, f"after the final reconcile, objects differ from the processor: {wrong}")
+
+
+def nothing_lost(w: World) -> None:
+    """Every state an object ended in after its account went live reached the handlers
+    once, except where the README says nothing can: a dispute, payout or mandate (no
+    modification time) created before the history ended that changed before adoption read
+    it, whose webhook was lost ("Going live", "Not covered")."""
+    counts = handled(w)
+    lost = []
+    for thing in w.things():
+        account = w.accounts[thing.account]
+        state = w.truth(thing)
+        if not announced(thing.kind, state) or account.deployed_at is None:
+            continue
+        moves = w.moves.get((thing.account, thing.kind, thing.object_id), [])
+        if not moves or moves[-1][0] != state:
+            raise fail(w, f"the model missed a move of {thing}")
+        when = moves[-1][1]
+        if when < account.deployed_at:
+            continue
+        key = (thing.account, thing.kind, thing.object_id, state or "")
+        if counts.get(key, 0) == 1:
+            continue
+        if _not_covered(w, account, thing, when):
+            continue
+        lost.append(story(w, key))
+    if lost:
+        raise fail(
+            w, "states reached after going live never reached the handlers:\n" + "\n".join(lost)
+        )
+
+
+def _not_covered(w: World, account: Account, thing: Thing, when: datetime) -> bool:
+    """What the README says nothing dispatches when its webhook is lost: without the events
+    API, a dispute, payout or mandate created before the history ended that changed before
+    adoption read it, and a mandate hookledger never saw (mandates have no list)."""
+    if account.events_api or thing.kind not in ("dispute", "payout", "mandate"):
+        return False
+    if (
+        thing.kind == "mandate"
+        and (thing.account, "mandate", thing.object_id) not in w.projections()
+    ):
+        return True
+    ends = w.history_end(account)
+    if ends is None:
+        return False
+    created = w.moves[(thing.account, thing.kind, thing.object_id)][0][1]
+    live = account.live_at or w.now()
+    return created < ends and when <= live
