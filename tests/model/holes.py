@@ -8,9 +8,6 @@ each found.
 
 from __future__ import annotations
 
-#: Hole 1: a handler's ``session.rollback()`` or ``session.commit()`` ends hookledger's
-#: dispatch transaction. Off: the shop's handlers never roll back or commit.
-HOLE_1_HANDLER_ENDS_TRANSACTION = True
 #: Hole 2: a seller's adoption reads the default account's cut-over: (a) after the
 #: default account's adoption it reuses that cut-over and records none of its own; (b) a
 #: seller's adoption resumed after running out of its request budget moves its cut-over.

@@ -5,8 +5,9 @@ the way shops write them.
 (``model_shop_dispatch``) for every transition it handles: the rows that commit are the
 dispatches that counted (a handler whose work rolled back did not ship anything). How the
 next calls behave is the model's choice, one *mood* per call: ``ok``, ``raise`` (an
-exception), ``defer`` (:class:`receiver.Defer`), ``rollback`` (``session.rollback()``, the
-``except IntegrityError`` idempotency pattern), ``commit`` (``session.commit()``), ``slow``
+exception), ``defer`` (:class:`receiver.Defer`), ``rollback`` (the ``except IntegrityError:
+session.rollback()`` idempotency pattern, then it goes on), ``commit``
+(``session.commit()`` after its write), ``slow``
 (runs longer than the lease: the clock moves on while it runs; on PostgreSQL another worker
 takes the expired lease over meanwhile) or ``kill`` (the worker dies mid-batch: nothing
 after this point runs, its leases stay until they expire). ``shop.notify`` takes no
@@ -28,6 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from flask import Flask
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from receiver import Defer, Event, WebhookReceiver
@@ -47,6 +49,13 @@ SHOP = sa.Table(
     sa.Column("object_id", sa.String(128), nullable=False),
     sa.Column("state", sa.String(128), nullable=False),
     sa.Column("event_id", sa.String(255), nullable=False),
+)
+#: The shop's idempotency keys: one is taken before every example (the mood ``rollback``
+#: inserts it again, gets the ``IntegrityError``, and rolls back, as shops do).
+TAKEN = sa.Table(
+    "model_shop_key",
+    METADATA,
+    sa.Column("key", sa.String(64), primary_key=True),
 )
 
 
@@ -143,6 +152,12 @@ class Shop:
             self.frozen.tick(timedelta(seconds=self.lease_seconds * 1.5))
             if self.takeover:
                 self._take_over()
+        if mood == "rollback":
+            try:  # the usual idempotency pattern, then the handler goes on
+                session.execute(TAKEN.insert().values(key="taken"))
+                session.flush()
+            except IntegrityError:
+                session.rollback()
         session.execute(
             SHOP.insert().values(
                 account=event.account,
@@ -156,9 +171,7 @@ class Shop:
             raise RuntimeError("the shop could not reserve stock")
         if mood == "defer":
             raise Defer(120, "the order is not written yet")
-        if mood == "rollback":
-            session.rollback()  # except IntegrityError: session.rollback() (already shipped)
-        elif mood == "commit":
+        if mood == "commit":
             session.commit()  # the shop commits its own work
         elif mood == "kill":
             raise WorkerKilled()

@@ -256,8 +256,6 @@ class WorldModel(RuleBasedStateMachine):
         """The worker runs (``--burst``); the next handler calls behave as drawn: succeed,
         raise, defer, roll back, commit, outlast the lease, or kill the worker."""
         with self.step():
-            if holes.HOLE_1_HANDLER_ENDS_TRANSACTION:
-                moods = [m for m in moods if m not in ("rollback", "commit")]
             self.world.shop.moods.extend(moods)
             if notify:
                 self.world.shop.notify_moods.append("raise")

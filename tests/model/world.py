@@ -73,7 +73,7 @@ from tests.model.processor import (
     state_key,
     things,
 )
-from tests.model.shop import METADATA, Call, Shop
+from tests.model.shop import METADATA, TAKEN, Call, Shop
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 LEASE_SECONDS = 60.0
@@ -630,6 +630,7 @@ class Template:
                     conn.exec_driver_sql(f'DELETE FROM "{table}"')
                 if "sqlite_sequence" in sa.inspect(conn).get_table_names():
                     conn.exec_driver_sql("DELETE FROM sqlite_sequence")
+            conn.execute(TAKEN.insert().values(key="taken"))
 
     def dispose(self) -> None:
         self.engine.dispose()
