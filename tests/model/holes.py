@@ -19,9 +19,6 @@ HOLE_2_SELLER_CUTOVER = True
 #: dispatched again. Narrowed: a deploy first lets the processor deliver everything it owes
 #: the earlier system (no earlier event reaches hookledger afterwards).
 HOLE_3_HISTORY_ENDS_AFTER_CUTOVER = True
-#: Hole 7: ``observe()`` without ``account=`` files another account's object under the
-#: default account. Off: the shop names the account for every other account's object.
-HOLE_7_OBSERVE_WITHOUT_ACCOUNT = True
 
 #: Not one of the ten (found by this machine): ``observe()`` of a mandate that hookledger
 #: never saw, on an adopted account, is dispatched even when the earlier system handled it

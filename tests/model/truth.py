@@ -89,8 +89,6 @@ def observe(w: World, i: int, *, with_account: bool, dispatch: bool) -> None:
     if not live:
         return
     thing = live[i % len(live)]
-    if holes.HOLE_7_OBSERVE_WITHOUT_ACCOUNT and thing.account != DEFAULT_ACCOUNT:
-        with_account = True
     resource = api_object(w.merchants[thing.merchant].sandbox, thing.kind, thing.object_id)
     kwargs: dict[str, Any] = {"account": thing.account} if with_account else {}
     where = f"account={thing.account}" if with_account else "no account"
@@ -104,7 +102,7 @@ def observe(w: World, i: int, *, with_account: bool, dispatch: bool) -> None:
             w, f"observe(dispatch=True) failed on a healthy database: {type(exc).__name__}"
         ) from exc
     except (HookledgerError, ValueError) as exc:
-        if with_account or thing.account == DEFAULT_ACCOUNT:
+        if with_account:
             raise
         w.note(f"observe {thing.kind}:{thing.object_id} ({where}): refused ({exc})")
         return
