@@ -159,7 +159,11 @@ def replay_cmd(dry_run: bool, as_json: bool, **options: Any) -> None:
     help="Only events from these sources (repeatable).",
 )
 @click.option(
-    "--object", "object_", default=None, help="Only events of this object (kind:id or id)."
+    "--object",
+    "object_",
+    default=None,
+    help="Only events of this object: kind:id (in every account unless --account), "
+    "account/kind:id, or an id alone.",
 )
 @click.option("--since", type=click.DateTime(), default=None, help="Received at or after (UTC).")
 @click.option(
@@ -239,7 +243,9 @@ def events_cmd(
         click.echo(f"hookledger: note: {note}", err=True)
     for r in page.rows:
         when = r.received_at.strftime("%Y-%m-%d %H:%M:%S")
-        shown = f"{r.account} {r.event_id}" if order is not None else r.event_id
+        # An order's or an object's events may be in several accounts: each line names its.
+        named = order is not None or object_ is not None
+        shown = f"{r.account} {r.event_id}" if named else r.event_id
         line = f"#{r.id} {when} {shown} {r.event_type} {r.status} {r.source} {r.object_key}"
         if r.reason and (deferred or r.status != EventStatus.DONE):
             line += f" ({r.reason[:200]})"

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Table, and_, func, or_, select
+from sqlalchemy import Engine, String, Table, and_, column, func, select, text
 
 import receiver.storage.order_refs as order_refs
+from receiver.core.accounts import DEFAULT_ACCOUNT, is_account_id, object_key
 from receiver.core.clock import as_utc
 from receiver.core.errors import BodyRedacted, DataUnavailable
 from receiver.core.keyring import Keyring
@@ -51,7 +52,8 @@ class EventQuery:
     statuses: Sequence[str] = ()
     event_types: Sequence[str] = ()
     sources: Sequence[str] = ()
-    #: ``kind:id`` (``payment:pay_123``) or an object id alone.
+    #: ``kind:id`` (``payment:pay_123``, in every account, or in ``accounts``),
+    #: ``account/kind:id``, or an object id alone (see :func:`object_clause`).
     object: str | None = None
     event_id: str | None = None
     since: datetime | None = None
@@ -259,8 +261,7 @@ def _clauses(q: EventQuery) -> list[Any]:
     if q.accounts:
         clauses.append(E.c.account.in_(list(q.accounts)))
     if q.object:
-        value = q.object.strip()
-        clauses.append(or_(E.c.object_key == value, E.c.object_id == value))
+        clauses.append(object_clause(q.object, q.accounts))
     if q.event_id:
         clauses.append(E.c.event_id == q.event_id.strip())
     if q.since is not None:
@@ -272,6 +273,49 @@ def _clauses(q: EventQuery) -> list[Any]:
             and_(E.c.status == EventStatus.PENDING, E.c.last_error.like(f"{DEFERRED_PREFIX}%"))
         )
     return clauses
+
+
+#: The object key of (kind, id) in every account that has events: the accounts are walked
+#: one index probe each (the first account, then the next after it, ...), never the events.
+_KEYS_IN_EVERY_ACCOUNT = (
+    "WITH RECURSIVE hl_accounts(account, n) AS ("
+    " SELECT (SELECT min(account) FROM hookledger_event), 1"
+    " UNION ALL SELECT (SELECT min(e.account) FROM hookledger_event AS e"
+    " WHERE e.account > hl_accounts.account), hl_accounts.n + 1 FROM hl_accounts"
+    " WHERE hl_accounts.account IS NOT NULL AND hl_accounts.n < :hl_accounts_limit"
+    ") SELECT CASE WHEN account = :hl_default_account THEN :hl_object_base"
+    " ELSE account || '/' || :hl_object_base END AS object_key"
+    " FROM hl_accounts WHERE account IS NOT NULL"
+)
+
+
+def object_clause(value: str, accounts: Sequence[str] = ()) -> Any:
+    """The events of one object, as an operator names it: ``kind:id`` (in every account, or
+    in ``accounts`` when some are chosen), ``account/kind:id`` as the listings show an object
+    of another account than the default, or an object id alone (any kind, any account).
+
+    An object's key is ``kind:id`` in the default account and ``account/kind:id`` in any
+    other (:func:`receiver.core.accounts.object_key`): ``kind:id`` is matched against each
+    account's key, by the object key's index."""
+    value = value.strip()
+    head, sep, rest = value.partition("/")
+    if sep and ":" not in head and ":" in rest and is_account_id(head):
+        return E.c.object_key == value if head != DEFAULT_ACCOUNT else E.c.object_key == rest
+    kind, sep, object_id = value.partition(":")
+    if not sep:
+        return E.c.object_id == value
+    if accounts:
+        return E.c.object_key.in_([object_key(a, kind, object_id) for a in accounts])
+    keys = (
+        text(_KEYS_IN_EVERY_ACCOUNT)
+        .bindparams(
+            hl_accounts_limit=1_000_000,
+            hl_default_account=DEFAULT_ACCOUNT,
+            hl_object_base=value,
+        )
+        .columns(column("object_key", String))
+    )
+    return E.c.object_key.in_(keys)
 
 
 def list_events(engine: Engine, q: EventQuery, *, keyring: Keyring | None = None) -> Page:

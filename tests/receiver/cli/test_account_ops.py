@@ -301,3 +301,48 @@ def test_conflicts_with_an_account_lists_that_accounts_only(make_app: AppFactory
     assert only[0]["event_type"] == "payment_succeeded"  # joined with its own account's event
     text = _cli(app, "conflicts", "--account", "eu", "--account", "us")
     assert text.exit_code == 0 and "2 conflict(s) listed" in text.output
+
+
+def test_events_by_object_in_every_account_each_naming_its_account(
+    make_app: AppFactory,
+) -> None:
+    """Issue 28, hole 10: outside the default account an object's key is
+    ``account/kind:id``, so ``events --account eu --object payment:pay_1`` (the form the README
+    shows) listed nothing. ``kind:id`` now finds the object in the accounts chosen, or in every
+    account, each line naming its account; ``account/kind:id`` and an id alone work too."""
+    from tests.conftest import SECRETS
+
+    app, _ = make_app(_hooks(), accounts=ACCOUNTS)  # the default account beside eu and us
+    secrets = {**SECRET, "default": SECRETS["primary"]}
+    for account in ("default", "eu", "us"):
+        headers = signed_headers(DONE, secrets[account])
+        response = app.test_client().post(f"/webhooks/{account}/", data=DONE, headers=headers)
+        assert response.status_code == 200, response.get_data()
+    assert _post(app, "eu", DEAD) == "inserted"
+
+    def listed(*args: str) -> list[tuple[str, str]]:
+        result = _cli(app, "events", *args, "--json")
+        assert result.exit_code == 0, result.output
+        return sorted((r["account"], r["event_id"]) for r in json.loads(result.output)["listed"])
+
+    assert listed("--account", "eu", "--object", "payment:pay_1") == [("eu", "evt_done")]
+    assert listed("--account", "eu", "--account", "us", "--object", "payment:pay_1") == [
+        ("eu", "evt_done"),
+        ("us", "evt_done"),
+    ]
+    assert listed("--object", "payment:pay_1") == [
+        ("default", "evt_done"),
+        ("eu", "evt_done"),
+        ("us", "evt_done"),
+    ]
+    assert listed("--object", "us/payment:pay_1") == [("us", "evt_done")]
+    assert listed("--object", "default/payment:pay_1") == [("default", "evt_done")]
+    assert listed("--account", "default", "--object", "payment:pay_1") == [("default", "evt_done")]
+    assert listed("--object", "pay_2") == [("eu", "evt_dead")]
+    assert listed("--account", "us", "--object", "payment:pay_2") == []
+    assert listed("--object", "refund:pay_1") == []
+    text = _cli(app, "events", "--object", "payment:pay_1")
+    assert text.exit_code == 0, text.output
+    lines = text.output.strip().splitlines()
+    assert sorted(line.split()[3] for line in lines[:3]) == ["default", "eu", "us"]
+    assert lines[-1] == "3 event(s) listed"

@@ -231,6 +231,28 @@ def test_several_accounts_filter_and_name_their_account(make_app: AppFactory) ->
     assert 'id="account-scope"' in stale
 
 
+def test_the_object_filter_finds_an_object_in_every_account(make_app: AppFactory) -> None:
+    """Issue 28, hole 10: the object filter compared the stored key, ``eu/payment:pay_1``
+    outside the default account, with ``payment:pay_1``: it found nothing there. Now
+    ``kind:id`` is the object in the accounts chosen, or in every account (each row naming
+    its account), and the object links of the listing (``account/kind:id``) keep working."""
+    app = _two_accounts(make_app)
+    http = app.test_client()
+
+    def listed(query: str) -> list[str]:
+        html = http.get(f"/hookledger/events?{query}", headers=AUTH).get_data(as_text=True)
+        rows = re.findall(r'<td class="account"><a [^>]*>([^<]+)</a></td>', html)
+        assert len(rows) == len(_listed(html))
+        return sorted(f"{a} {e}" for a, e in zip(rows, _listed(html), strict=True))
+
+    assert listed("object=payment:pay_1&account=eu") == ["eu evt_ok"]
+    assert listed("object=payment:pay_1") == ["eu evt_ok", "us evt_ok"]
+    assert listed("object=us/payment:pay_1") == ["us evt_ok"]
+    assert listed("object=pay_2&account=us") == ["us evt_dead_us"]
+    eu = http.get("/hookledger/events?account=eu", headers=AUTH).get_data(as_text=True)
+    assert "object=eu/payment:pay_1" in eu.replace("%2F", "/").replace("%3A", ":")
+
+
 def test_one_account_shows_no_account_column(make_app: AppFactory) -> None:
     app = _app(make_app)
     html = app.test_client().get("/hookledger/events", headers=AUTH).get_data(as_text=True)
