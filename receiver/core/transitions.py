@@ -27,8 +27,9 @@ projection but does not run that state's handlers a second time.
 Sources: the statuses are Hyperswitch's enums (``hyperswitch-facts.md`` section 5), the
 moves its flows: asynchronous capture and void pass through ``processing``
 (CaptureInitiated / VoidInitiated), a manual-capture authorisation expires after 7 days, a
-failed payment can be confirmed again (manual retry), a payout can be reversed after
-``success``, a refund can fail after ``succeeded``, a mandate can be revoked at any time.
+failed payment can be confirmed again (manual retry), a captured payment can be voided
+after capture (``cancelled_post_capture``), a payout can be reversed after ``success``, a
+refund can fail after ``succeeded``, a mandate can be revoked at any time.
 """
 
 from __future__ import annotations
@@ -226,16 +227,11 @@ PAYMENT = Lifecycle(
             "cancelled_post_capture": set(),
         }
     ),
-    settled=frozenset(
-        {
-            "succeeded",
-            "partially_captured",
-            "failed",
-            "cancelled",
-            "expired",
-            "cancelled_post_capture",
-        }
-    ),
+    # A captured payment (succeeded, partially_captured) can still be voided after capture
+    # (``POST /payments/{id}/cancel_post_capture``, until the connector settles it): not
+    # settled, as a succeeded refund or a successful payout is not. The sweep follows it
+    # for a shorter reach than the open states' (reconcile.recovery.sweep.CAPTURED_REACH).
+    settled=frozenset({"failed", "cancelled", "expired", "cancelled_post_capture"}),
 )
 
 # -- refunds (API enum; the internal one is normalised first) --------------------------------

@@ -48,7 +48,7 @@ ENV_HELP = (
     "HOOKLEDGER_PAYOUTS_LIST (get|post), HOOKLEDGER_RECONCILE_OVERLAP_MINUTES (60), "
     "HOOKLEDGER_RECONCILE_LOOKBACK_HOURS (48), HOOKLEDGER_RECONCILE_MAX_REQUESTS (per listed "
     "window, 2000), HOOKLEDGER_SWEEP_BUDGET (requests per run, 500), "
-    "HOOKLEDGER_SWEEP_HORIZON_DAYS (e.g. 'payment=30,dispute=180'), "
+    "HOOKLEDGER_SWEEP_HORIZON_DAYS (e.g. 'payment=30,dispute=180,payment.succeeded=7'), "
     "HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS (600: the least time between two checks of an "
     "object), HOOKLEDGER_DATA_KEYS (the data keys what it stores is sealed with, as the "
     "receiver's), HOOKLEDGER_RETENTION_DAYS (the scheduler's nightly retention)."

@@ -15,8 +15,9 @@ import os
 from datetime import timedelta
 from typing import Any
 
+import receiver.core.transitions as transitions
 from reconcile.cli.context import fail
-from reconcile.recovery.sweep import DEFAULT_HORIZONS, SweepPolicy
+from reconcile.recovery.sweep import DEFAULT_HORIZONS, DEFAULT_STATUS_HORIZONS, SweepPolicy
 from reconcile.runtime.runner import ReconcileOptions
 
 
@@ -33,32 +34,49 @@ def _env_float(name: str, default: float) -> float:
     return value
 
 
-def _horizons() -> dict[str, timedelta]:
+def _horizons() -> tuple[dict[str, timedelta], dict[tuple[str, str], timedelta]]:
+    """The sweep's horizons per kind (``payment=30``) and per status of a kind
+    (``payment.succeeded=7``: how long a captured payment is followed for a void after
+    capture), from ``HOOKLEDGER_SWEEP_HORIZON_DAYS``."""
     horizons = dict(DEFAULT_HORIZONS)
+    status_horizons = dict(DEFAULT_STATUS_HORIZONS)
     raw = os.environ.get("HOOKLEDGER_SWEEP_HORIZON_DAYS", "")
     for part in (p.strip() for p in raw.split(",")):
         if not part:
             continue
-        kind, sep, days = part.partition("=")
+        name, sep, days = part.partition("=")
+        kind, dot, status = name.strip().partition(".")
         kind = kind.strip().rstrip("s")
+        status = status.strip()
         try:
             value = float(days)
         except ValueError:
             value = -1.0
-        if not sep or kind not in horizons or value <= 0:
+        model = transitions.lifecycle(kind)
+        known = not dot or (model is not None and model.knows(status))
+        if not sep or kind not in horizons or value <= 0 or not known:
             fail(
-                "HOOKLEDGER_SWEEP_HORIZON_DAYS takes kind=days pairs, e.g. "
-                f"'payment=30,dispute=180' (kinds: {', '.join(horizons)})"
+                "HOOKLEDGER_SWEEP_HORIZON_DAYS takes kind=days and kind.status=days pairs, "
+                "e.g. 'payment=30,dispute=180,payment.succeeded=7' (kinds: "
+                f"{', '.join(horizons)})"
             )
-        horizons[kind] = timedelta(days=value)
-    return horizons
+        if dot:
+            status_horizons[(kind, status)] = timedelta(days=value)
+        else:
+            horizons[kind] = timedelta(days=value)
+    return horizons, status_horizons
 
 
 def sweep_policy() -> SweepPolicy:
     minimum = _env_float("HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS", 600.0)
     if minimum <= 0:
         fail("HOOKLEDGER_SWEEP_MIN_INTERVAL_SECONDS must be positive")
-    return SweepPolicy(horizons=_horizons(), min_interval=timedelta(seconds=minimum))
+    horizons, status_horizons = _horizons()
+    return SweepPolicy(
+        horizons=horizons,
+        status_horizons=status_horizons,
+        min_interval=timedelta(seconds=minimum),
+    )
 
 
 def options_from_env(**kwargs: Any) -> ReconcileOptions:

@@ -1,17 +1,18 @@
 """The open-object sweep: re-fetch by id every object that has not settled yet.
 
 The processor's lists filter on *creation* time, so a late change to an old object (an
-authorisation that expires on day 7, a dispute decided on day 30, a payout reversed after
-its success, a refund that fails days later, a mandate revoked months on) never shows up in
-a recent creation window. The sweep catches those: every object whose projection, or whose
-last remote state, is not settled for its kind
-(:meth:`receiver.core.transitions.Lifecycle.is_settled`)
-is fetched again by id (``GET /payments/{id}``, ``/refunds/{id}``, ``/disputes/{id}``,
-``/payouts/{id}``, ``/mandates/{id}``), until it settles or grows older than its kind's
-horizon. What it finds goes through the same diff and inbox as the lists. An object a run
-found out of step (its recovery inserted, or waiting behind events that may leave the
-projection short; a projection reached by a dead-lettered event) is kept, however settled
-its remote state, and checked at every run until one finds it in sync
+authorisation that expires on day 7, a captured payment voided days later, a dispute
+decided on day 30, a payout reversed after its success, a refund that fails days later, a
+mandate revoked months on) never shows up in a recent creation window. The sweep catches
+those: every object whose projection, or whose last remote state, is not settled for its
+kind (:meth:`receiver.core.transitions.Lifecycle.is_settled`) is fetched again by id
+(``GET /payments/{id}``, ``/refunds/{id}``, ``/disputes/{id}``, ``/payouts/{id}``,
+``/mandates/{id}``), until it settles or grows older than its kind's horizon (or its
+status's: a captured payment, which only a void after capture still moves, is followed
+for ``CAPTURED_REACH``). What it finds goes through the same diff and inbox as the lists.
+An object a run found out of step (its recovery inserted, or waiting behind events that
+may leave the projection short; a projection reached by a dead-lettered event) is kept,
+however settled its remote state, and checked at every run until one finds it in sync
 (:meth:`FollowedObjects.keep`).
 
 Checks are spaced out as an object ages: the next one comes after as long as the object has
@@ -77,11 +78,25 @@ DEFAULT_HORIZONS: Final[Mapping[str, timedelta]] = {
     "payout": 30 * DAY,
     "mandate": 400 * DAY,
 }
+#: How long after its creation a captured payment (``succeeded``, ``partially_captured``) is
+#: followed for a void after capture (``cancelled_post_capture``). Hyperswitch's API takes
+#: ``POST /payments/{id}/cancel_post_capture`` on any captured payment, and the connector
+#: accepts it until it settles the capture (days, not weeks): a capture made at the end of
+#: a manual-capture authorisation's 7 days, and a week for the connector to settle it.
+#: The cost is bounded: every captured payment costs at most about 21 fetches over these
+#: 14 days (its checks spaced by its age: 8 in its first day, then one a day), inside each
+#: run's sweep budget (oldest due first; what is left is reported overdue); a shorter
+#: reach (``HOOKLEDGER_SWEEP_HORIZON_DAYS=payment.succeeded=7``) costs less, and the events
+#: API (90 days) recovers a lost void of an older one.
+CAPTURED_REACH: Final = 14 * DAY
 #: Statuses with a shorter reach than their kind's: a payment nobody has paid yet (no
-#: payment method attached, not confirmed) is an abandoned checkout after two days.
+#: payment method attached, not confirmed) is an abandoned checkout after two days; a
+#: captured payment can be voided until the connector settles it (``CAPTURED_REACH``).
 DEFAULT_STATUS_HORIZONS: Final[Mapping[tuple[str, str], timedelta]] = {
     ("payment", "requires_payment_method"): 2 * DAY,
     ("payment", "requires_confirmation"): 2 * DAY,
+    ("payment", "succeeded"): CAPTURED_REACH,
+    ("payment", "partially_captured"): CAPTURED_REACH,
 }
 DEFAULT_MAX_INTERVALS: Final[Mapping[str, timedelta]] = {
     "payment": DAY,
@@ -158,15 +173,16 @@ def unsettled(kind: str, status_column: Any, stage_column: Any) -> Any:
     return condition
 
 
-def settled(kind: str, status_column: Any, stage_column: Any) -> Any:
-    """A SQL condition: the state in those columns is one the model knows and settled for
-    ``kind`` (a follow row holding one was kept until the projection is in sync)."""
+def remote_state(kind: str, status_column: Any) -> Any:
+    """A SQL condition: a follow row's status is a state of ``kind`` the processor showed
+    (not ``unknown``: a fetch that failed; nor ``other_profile``: set aside). Such a row is
+    followed whatever the projection says: kept until in sync (see
+    :meth:`FollowedObjects.keep`), or open at the processor while the projection is
+    settled (a ``payment_failed`` projected, the customer's retry ``succeeded``)."""
     model = transitions.lifecycle(kind)
     if model is None:
         return literal(False)
-    return and_(
-        status_column.in_(sorted(model.statuses)), ~unsettled(kind, status_column, stage_column)
-    )
+    return status_column.in_(sorted(model.statuses))
 
 
 @dataclass(slots=True)
@@ -450,8 +466,9 @@ class FollowedObjects:
                 P.c.object_kind == kind,
                 or_(
                     unsettled(kind, P.c.status, P.c.stage),
-                    # Kept until in sync, however settled the projection (see keep).
-                    settled(kind, F.c.status, F.c.stage),
+                    # Kept until in sync, or open at the processor, however settled the
+                    # projection (see remote_state).
+                    remote_state(kind, F.c.status),
                 ),
                 or_(P.c.object_created_at.is_(None), P.c.object_created_at >= since),
                 or_(F.c.next_check_at.is_(None), row_due),

@@ -16,7 +16,7 @@ API routes (merchant key)::
     POST /payments                      GET  /payments/<id>
     POST /payments/<id>                 (update)
     POST /payments/<id>/confirm         POST /payments/<id>/capture
-    POST /payments/<id>/cancel
+    POST /payments/<id>/cancel          POST /payments/<id>/cancel_post_capture
     POST /payments/list                 list (seed dialect: {data, total_count, has_more})
     GET  /payments/list                 list (Hyperswitch dialect: {size, data})
     POST /refunds                       GET  /refunds/<id>
@@ -250,6 +250,10 @@ def _register_api(app: Flask, sandbox: Sandbox) -> None:
     @app.post("/payments/<payment_id>/cancel")
     def cancel_payment(payment_id: str) -> Response:
         return json_response(sandbox.cancel_payment(payment_id, _body()))
+
+    @app.post("/payments/<payment_id>/cancel_post_capture")
+    def cancel_post_capture(payment_id: str) -> Response:
+        return json_response(sandbox.cancel_post_capture(payment_id, _body()))
 
     @app.post("/refunds")
     def create_refund() -> Response:

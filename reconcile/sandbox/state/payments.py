@@ -1,5 +1,6 @@
-"""Payments: create, update, confirm (and manual retry), capture, cancel, 3-D Secure, and
-the payment state machine (a card's outcome, authorisation, captures, voids):
+"""Payments: create, update, confirm (and manual retry), capture, cancel (before and after
+capture), 3-D Secure, and the payment state machine (a card's outcome, authorisation,
+captures, voids):
 :class:`PaymentsMixin`.
 """
 
@@ -41,6 +42,11 @@ CANCELLABLE: Final = frozenset(
         "requires_capture",
         "partially_authorized_and_requires_capture",
     }
+)
+#: Captured payments a void after capture applies to (OpenAPI ``Payments - Cancel Post
+#: Capture``): the processor moves them to ``cancelled_post_capture``.
+CANCELLABLE_POST_CAPTURE: Final = frozenset(
+    {"succeeded", "partially_captured", "partially_captured_and_capturable"}
 )
 CONFIRMABLE: Final = frozenset({"requires_payment_method", "requires_confirmation"})
 #: A confirm may also retry a payment whose attempt failed (Hyperswitch's manual retry: the
@@ -296,6 +302,26 @@ class PaymentsMixin(SandboxBase):
                 self._set_payment_status(payment, "processing")
             else:
                 self._void(payment)
+            return payment.to_api()
+
+    def cancel_post_capture(self, payment_id: str, body: fields.Body) -> JSONDict:
+        """``POST /payments/<id>/cancel_post_capture``: void a captured payment (before the
+        connector settles it), at any later sandbox time: ``cancelled_post_capture``, event
+        ``payment_cancelled_post_capture``."""
+        reason = fields.string(body, "cancellation_reason", max_length=255)
+        with self.lock:
+            payment = self._payment(payment_id)
+            if (
+                payment.status not in CANCELLABLE_POST_CAPTURE
+                or payment.pending_operation is not None
+            ):
+                raise conflict(
+                    _state_message(payment, "cancelled post capture", CANCELLABLE_POST_CAPTURE)
+                )
+            payment.cancellation_reason = reason
+            payment.cancelled_at = self.now()
+            payment.amount_capturable = 0
+            self._set_payment_status(payment, "cancelled_post_capture")
             return payment.to_api()
 
     def get_payment(self, payment_id: str) -> JSONDict:

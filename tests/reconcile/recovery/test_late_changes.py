@@ -16,6 +16,7 @@ import pytest
 from receiver.storage.tables import Source
 from reconcile.cli.context import EXIT_OK, exit_code
 from reconcile.core.report import render
+from reconcile.recovery.sweep import CAPTURED_REACH, SweepPolicy
 from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.world import CARD_ASYNC, World, world
@@ -149,6 +150,48 @@ def test_a_payout_reversed_and_a_refund_failing_days_later_are_recovered(
         assert w.projected("payout", payout["payout_id"]) == "reversed"
         assert w.projected("refund", refund["refund_id"]) == "failed"
         assert max(w.handled.values()) == 1
+
+
+def test_a_void_after_capture_days_later_is_recovered_by_the_sweep(
+    make_app: AppFactory,
+) -> None:
+    """Issue 28, hole 8: a captured payment is voided (``cancelled_post_capture``) days
+    after it was created, out of every listed window, its webhook lost. The sweep follows
+    captured payments while the processor can still move them, as it follows refunds and
+    payouts: the void is recovered, once; a captured payment past that reach costs nothing."""
+    with world(make_app) as w:
+        w.pay("pay_voided")
+        w.pay("pay_partial", manual=True)
+        w.settle()
+        w.sandbox.capture_payment("pay_partial", {"amount_to_capture": 2000})
+        w.settle()
+        assert w.projected("payment", "pay_partial") == "partially_captured"
+        w.run()
+        _daily(w, 4)
+        for payment_id in ("pay_voided", "pay_partial"):
+            w.drop_next("payment_cancelled_post_capture")
+            w.sandbox.cancel_post_capture(payment_id, {"cancellation_reason": "fraudulent"})
+        w.settle()
+        report = _recovering(w)
+        assert _sweep(report, "payments") == {"payment_cancelled_post_capture": 2}
+        assert report.kinds["payments"].recovered == Counter()  # type: ignore[attr-defined]
+        for payment_id in ("pay_voided", "pay_partial"):
+            assert w.projected("payment", payment_id) == "cancelled_post_capture"
+            assert w.handled[("payment", payment_id, "cancelled_post_capture")] == 1
+        assert max(w.handled.values()) == 1
+        # The cost is bounded: a captured payment is followed for CAPTURED_REACH (by its
+        # creation), its checks spaced by its age (at most one a day), then no more.
+        w.pay("pay_kept")
+        w.settle()
+        w.run()
+        reach = SweepPolicy().horizon("payment", "succeeded")
+        assert reach == CAPTURED_REACH < SweepPolicy().horizon("payment")
+        checks = 0
+        for report in _daily(w, reach.days + 2):
+            assert report.status == "ok"  # type: ignore[attr-defined]
+            checks += report.sweep["payments"].requests  # type: ignore[attr-defined]
+        assert checks <= reach.days + 1
+        assert report.sweep["payments"].due == 0  # type: ignore[attr-defined]
 
 
 def test_a_revoked_mandate_is_recovered_by_the_sweep(make_app: AppFactory) -> None:

@@ -211,6 +211,26 @@ def test_full_capture_succeeds_and_cancel(api: Api) -> None:
     assert error_of(api.post("/payments/nope/cancel")) == (404, "IR_05")
 
 
+def test_a_captured_payment_is_voided_after_capture(api: Api) -> None:
+    """``POST /payments/{id}/cancel_post_capture`` (OpenAPI: a succeeded, partially
+    captured or partially captured and capturable payment): ``cancelled_post_capture``."""
+    paid = api.pay()
+    path = f"/payments/{paid['payment_id']}"
+    voided = api.ok("POST", path + "/cancel_post_capture", {"cancellation_reason": "fraudulent"})
+    assert voided["status"] == "cancelled_post_capture"
+    assert voided["cancellation_reason"] == "fraudulent"
+    assert error_of(api.post(path + "/cancel_post_capture")) == (400, "HE_00")
+    held = api.pay(capture_method="manual")
+    held_path = f"/payments/{held['payment_id']}"
+    assert error_of(api.post(held_path + "/cancel_post_capture")) == (400, "HE_00")
+    partial = api.ok("POST", held_path + "/capture", {"amount_to_capture": 100})
+    assert partial["status"] == "partially_captured"
+    assert api.ok("POST", held_path + "/cancel_post_capture")["status"] == (
+        "cancelled_post_capture"
+    )
+    assert error_of(api.post("/payments/nope/cancel_post_capture")) == (404, "IR_05")
+
+
 def test_three_ds_then_admin_authentication(api: Api) -> None:
     payment = api.pay("4000000000003220")
     assert payment["status"] == "requires_customer_action"

@@ -36,8 +36,8 @@ from tests.reconcile.sandbox.sandbox_support import (
     card,
 )
 
-#: Payment statuses the sandbox can reach (``cancelled_post_capture``,
-#: ``requires_merchant_action`` and ``conflicted`` need flows the sandbox does not offer).
+#: Payment statuses the sandbox can reach (``requires_merchant_action`` and ``conflicted``
+#: need flows the sandbox does not offer).
 PAYMENT_STATUSES = {
     "requires_payment_method",
     "requires_confirmation",
@@ -51,6 +51,7 @@ PAYMENT_STATUSES = {
     "succeeded",
     "failed",
     "cancelled",
+    "cancelled_post_capture",
     "expired",
 }
 REFUND_STATUSES = {"pending", "review", "succeeded", "failed"}
@@ -186,6 +187,12 @@ def build_world(rec: Recorder, sb: Sandbox, clock: FrozenClock) -> None:
     call("POST", f"/payments/{manual['payment_id']}/capture", {"amount_to_capture": 2000})
     voided = pay(rec, capture_method="manual")
     call("POST", f"/payments/{voided['payment_id']}/cancel", {"cancellation_reason": "dup"})
+    captured_then_voided = pay(rec)
+    call(
+        "POST",
+        f"/payments/{captured_then_voided['payment_id']}/cancel_post_capture",
+        {"cancellation_reason": "requested_by_customer"},
+    )
     partial = pay(
         rec, "4000000000000150", capture_method="manual", enable_partial_authorization=True
     )
@@ -367,6 +374,7 @@ def test_every_route_answers_the_contract(world: Recorder) -> None:
         ("POST", "/payments/{payment_id}/confirm"),
         ("POST", "/payments/{payment_id}/capture"),
         ("POST", "/payments/{payment_id}/cancel"),
+        ("POST", "/payments/{payment_id}/cancel_post_capture"),
         ("GET", "/payments/{payment_id}"),
         ("GET", "/payments/list"),
         ("POST", "/payments/list"),
