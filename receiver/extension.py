@@ -202,6 +202,7 @@ class WebhookReceiver:
             event.merchant_id,
             event.profile_id,
             account_id=account,
+            single=state.single,
             about=f"the {kind} {object_id!r}",
         ).id
         if session is not None:

@@ -283,6 +283,7 @@ def owner_of_object(
     profile_id: str | None,
     *,
     account_id: str | None = None,
+    single: Account | None = None,
     about: str = "the object",
 ) -> Account:
     """The account an API object the shop observed is filed under: its ``merchant_id`` (a
@@ -291,6 +292,10 @@ def owner_of_object(
     (:meth:`AccountSource.for_body`). An object that names no merchant, neither directly
     nor through a profile an account names (a mandate), is the installation's only active
     account's, if it has one.
+
+    ``single``: the installation's one configured account, when it is the only one there
+    can be besides stored ones (the receive path's ``single``): as at the shared URL, it
+    takes an object naming a merchant that no account owns.
 
     ``account_id`` (the caller's ``account=``): that account (:class:`ConfigurationError` if
     there is none), refused with :class:`NotTheAccounts` unless it owns the object, and when
@@ -318,6 +323,8 @@ def owner_of_object(
             )
         return account
     if merchant is not None:
+        if routed is None and single is not None and single.active:
+            return single  # as the shared URL: the one account takes what nobody owns
         if routed is None:
             raise NotTheAccounts(
                 f"no single account owns {named}: add its account, or pass account="

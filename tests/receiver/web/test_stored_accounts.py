@@ -15,6 +15,7 @@ from flask import Flask
 
 import receiver.storage.database as db
 from receiver.core.accounts import Account
+from receiver.core.errors import NotTheAccounts
 from receiver.core.signature import parse_secrets
 from receiver.extension import WebhookReceiver
 from receiver.storage.account_table import StoredAccounts
@@ -150,6 +151,32 @@ def test_a_named_default_account_hands_other_merchants_to_stored_accounts(
     assert _post(app, "/webhooks/", mine, SECRETS["primary"])[0] == 200
     assert _post(app, "/webhooks/", theirs, SHOP_SECRET)[0] == 200
     assert _accounts_of_events(app) == ["default", "shop-1"]
+
+
+def test_observe_as_the_shared_url_a_stored_sellers_payment_and_a_merchant_nobody_owns(
+    make_app: AppFactory,
+) -> None:
+    """Issue 28, hole 7, with the sellers in hookledger's table beside one configured account
+    naming its merchant: observe() without account= files a stored seller's payment under
+    the seller, whose own webhook is then a duplicate; a payment of a merchant nobody owns
+    goes, as at the shared URL, to the configured account; account= contradicting the
+    payment's merchant is refused."""
+    app, hooks = make_app(data_keys=f"k1:{KEY1}", merchant_id="m_default")
+    assert _add(app, "shop-1").exit_code == 0
+    theirs = build_event("payment_succeeded", merchant_id="m_shop", object_id="pay_s")
+    nobodys = build_event("payment_succeeded", merchant_id="m_unknown", object_id="pay_u")
+    with app.app_context():
+        seen = hooks.observe(dict(theirs["content"]["object"]))
+        assert hooks.observe(dict(nobodys["content"]["object"])).stored == "inserted"
+        with pytest.raises(NotTheAccounts, match="account 'shop-1''s, not 'default''s"):
+            hooks.observe({**theirs["content"]["object"], "payment_id": "pay_x"}, account="default")
+    assert seen.stored == "inserted"
+    status, answer = _post(app, "/webhooks/shop-1/", theirs, SHOP_SECRET)
+    assert (status, answer["status"]) == (200, "inserted")
+    WebhookReceiver.state(app).worker(name="test").drain()
+    row = WebhookReceiver.state(app).store.operations.get(theirs["event_id"], account="shop-1")
+    assert row is not None and row.status == "duplicate"
+    assert _accounts_of_events(app) == ["shop-1", "default", "shop-1"]
 
 
 def test_deactivate_activate_and_remove(make_app: AppFactory) -> None:
