@@ -13,7 +13,9 @@ to hookledger's receive path, where the model's next *fate* decides what happens
 - ``hold``: the request is in flight for a long time: the processor times out and retries,
   and the held copy arrives when the model releases it (reordered, late, duplicated);
 - ``ack_lost``: hookledger stores it, but its answer is lost: the processor retries (the
-  retries of a deploy, say).
+  retries of a deploy, say);
+- ``drop``: this event is lost for good: every attempt at it, retries included, is lost
+  (the processor gives up after its retry schedule; only reconciliation finds it).
 
 Every request that reached hookledger is kept, so the model can send an old one again.
 """
@@ -40,7 +42,7 @@ OLD_SYSTEM = "http://old-system.test"
 HOOKLEDGER = "http://merchant.test/webhooks"
 ADMIN_KEY = "model_admin_key_0123456789"
 KINDS = ("payment", "refund", "dispute", "payout", "mandate")
-FATES = ("deliver", "lose", "hold", "ack_lost")
+FATES = ("deliver", "lose", "hold", "ack_lost", "drop")
 
 Key = tuple[str, str, str, str]  # (account, kind, object id, state key)
 
@@ -119,11 +121,18 @@ class Network:
         self.fates: deque[str] = deque()
         self.held: list[Request] = []
         self.reached: list[Request] = []
+        #: Events lost for good (every attempt).
+        self.dropped: set[str] = set()
         self.counts: Counter[str] = Counter()
 
     def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
         fate = self.fates.popleft() if self.fates else "deliver"
         self.counts[fate] += 1
+        event_id = parse_event(body).event_id
+        if fate == "drop":
+            self.dropped.add(event_id)
+        if event_id in self.dropped:
+            raise requests.ConnectionError("lost for good")
         if url.startswith(OLD_SYSTEM):  # the earlier system: nobody holds its requests
             if fate in ("lose", "hold"):
                 raise requests.ConnectionError("lost on the way")

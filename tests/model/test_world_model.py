@@ -56,6 +56,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from receiver.core.accounts import DEFAULT_ACCOUNT
 from tests.conftest import backend, fresh_database
 from tests.model import holes, truth
 from tests.model.processor import FATES
@@ -125,28 +126,32 @@ class WorldModel(RuleBasedStateMachine):
     # -- the world begins ------------------------------------------------------------------
 
     @initialize(
-        history=st.booleans(),
+        default=st.sampled_from(["new", "history", "live after history"]),
         events_api=st.booleans(),
         others=st.lists(
             st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()), max_size=2
         ),
     )
     def begin(
-        self, history: bool, events_api: bool, others: list[tuple[bool, bool, bool, bool]]
+        self, default: str, events_api: bool, others: list[tuple[bool, bool, bool, bool]]
     ) -> None:
-        """The default account, and up to two more (seller or profile, with history or new,
-        with the events API or not, at the shared URL or their own)."""
-        if holes.HOLE_2_SELLER_CUTOVER:
-            history = False
+        """The default account: new, or trading on the earlier system (perhaps already
+        deployed and adopted after a day of it); and up to two more (seller or profile, with
+        history or new, with the events API or not, at the shared URL or their own)."""
         self.w = self._stack.enter_context(
-            world(self.template, default_history=history, default_events_api=events_api)
+            world(self.template, default_history=default != "new", default_events_api=events_api)
         )
-        self.w.note(
-            f"default account: {'history, earlier system' if history else 'new'}, "
-            f"events API {events_api}"
-        )
+        self.w.note(f"default account: {default}, events API {events_api}")
         for seller, past, events, shared in others:
             self.w.add_account(seller=seller, history=past, events_api=events, shared_url=shared)
+        if default == "live after history":
+            main = self.w.accounts[DEFAULT_ACCOUNT]
+            for n, action in enumerate(("paid", "held", "paid")):
+                self.w.act(main, action, n + 1)
+            self.w.deliver()
+            self.w.advance(timedelta(days=1))
+            self.w.deploy(main)
+            self.w.adopt(main)
 
     @property
     def world(self) -> World:

@@ -19,6 +19,7 @@ object, its story in the inbox.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
@@ -370,6 +371,7 @@ def quiet_and_final(w: World) -> None:
         raise fail(w, f"events still open in a quiet world: {sorted(w.open_objects())}")
     everything_in_step(w)
     nothing_lost(w)
+    operators_find_each_object(w)
 
 
 def deliver_everything(w: World) -> None:
@@ -458,3 +460,29 @@ def _not_covered(w: World, account: Account, thing: Thing, when: datetime) -> bo
     created = w.moves[(thing.account, thing.kind, thing.object_id)][0][1]
     live = account.live_at or w.now()
     return created < ends and when <= live
+
+
+def operators_find_each_object(w: World) -> None:
+    """``hookledger events --account A --object kind:id`` (the README's form) lists every
+    event of that object in that account, and nothing else."""
+    table = InboxEvent.__table__  # type: ignore[attr-defined]
+    with w.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                table.c.account, table.c.object_kind, table.c.object_id, table.c.event_id
+            ).where(table.c.object_kind.is_not(None))
+        ).all()
+    stored: dict[tuple[str, str, str], set[str]] = {}
+    for row in rows:
+        stored.setdefault((row[0], row[1], row[2]), set()).add(row[3])
+    cli = w.app.test_cli_runner()
+    for (account, kind, object_id), events in sorted(stored.items()):
+        args = ["hookledger", "events", "--account", account, "--object", f"{kind}:{object_id}"]
+        result = cli.invoke(args=[*args, "--limit", "1000", "--json"])
+        listed = {r["event_id"] for r in json.loads(result.output)["listed"]}
+        if listed != events:
+            raise fail(
+                w,
+                f"{' '.join(args[1:])} lists {sorted(listed)}, not the object's events "
+                f"{sorted(events)}",
+            )

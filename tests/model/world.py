@@ -57,7 +57,6 @@ from reconcile.sandbox.errors import SandboxError
 from reconcile.sandbox.state import Sandbox
 from reconcile.storage.store import RECONCILE_MIGRATIONS
 from tests.conftest import build_app
-from tests.model import holes
 from tests.model.processor import (
     ADMIN_KEY,
     HOOKLEDGER,
@@ -244,16 +243,6 @@ class World:
         events included, goes to hookledger."""
         assert account.stage == "history"
         sandbox = account.merchant.sandbox
-        if holes.HOLE_3_HISTORY_ENDS_AFTER_CUTOVER:
-            fates = list(self.network.fates)
-            self.network.fates.clear()
-            for _ in range(100):
-                sandbox.deliver_due()
-                due = sandbox.next_delivery_due()
-                if due is None:
-                    break
-                self.frozen.move_to(max(due, self.now()))
-            self.network.fates.extend(fates)
         self.frozen.tick(timedelta(seconds=1))  # a deploy takes a moment: never at a change
         if account.id != DEFAULT_ACCOUNT:
             self.shop.store.accounts.add(
@@ -274,8 +263,7 @@ class World:
     def adopt(
         self, account: Account, *, new_account: bool = False, budget: int | None = None
     ) -> Run:
-        if holes.HOLE_2_SELLER_CUTOVER and account.id != DEFAULT_ACCOUNT:
-            budget = None
+        self.frozen.tick(timedelta(seconds=1))  # after what came before, never at it
         args = ["--account", account.id, "adopt", "--json"]
         if new_account:
             args.append("--new-account")
@@ -479,10 +467,7 @@ class World:
                 elif action == "void":
                     sandbox.cancel_payment(thing.object_id, {})
                 elif action == "void_after_capture":
-                    cancel = getattr(sandbox, "cancel_post_capture", None)
-                    if cancel is None:
-                        return  # the sandbox has no void after capture yet
-                    cancel(thing.object_id, {})
+                    sandbox.cancel_post_capture(thing.object_id, {})
                 elif action == "refund":
                     amount = (1000, 1077, 1002, 1088)[arg % 4]
                     sandbox.create_refund({"payment_id": thing.object_id, "amount": amount})
