@@ -20,8 +20,9 @@ from bench.endtoend import EndToEndConfig
 from bench.receive import ReceiveConfig
 from bench.reconcile import ReconcileConfig
 from bench.reconcile_accounts import AccountsConfig
+from bench.slow_handler import SlowHandlerConfig
 
-BENCHES = ("receive", "dispatch", "reconcile", "endtoend")
+BENCHES = ("receive", "dispatch", "reconcile", "endtoend", "slowhandler")
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
@@ -180,6 +181,15 @@ def _run(
         from bench import dispatch
 
         return dispatch.run(dispatch_cfg, workdir)
+    if name == "slowhandler":
+        from bench import slow_handler
+
+        return slow_handler.run(
+            SlowHandlerConfig(
+                backends=receive_cfg.backends, rounds=1 if receive_cfg.duration < 6.0 else 2
+            ),
+            workdir,
+        )
     if name == "endtoend":
         from bench import endtoend
 

@@ -405,13 +405,20 @@ class Gunicorn(Proc):
     """``gunicorn`` serving ``app`` on a free loopback port."""
 
     def __init__(
-        self, app: str, *, db: Database, config: GunicornConfig, tree: Path | None = None
+        self,
+        app: str,
+        *,
+        db: Database,
+        config: GunicornConfig,
+        tree: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         """``tree``: serve the code of another checkout (``--chdir`` and ``PYTHONPATH``: it
-        is imported before this one's editable install), e.g. a baseline to compare with."""
+        is imported before this one's editable install), e.g. a baseline to compare with.
+        ``env``: more environment for the app."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        env = child_env(db)
+        env = child_env(db, **(env or {}))
         chdir: list[str] = []
         if tree is not None:
             env["PYTHONPATH"] = str(tree)

@@ -113,6 +113,11 @@ METHOD = """\
   `processed_at`; every event must end `done`. Yardstick: a bare
   `SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1` + parse + `UPDATE` + `COMMIT` loop in the same
   number of processes (no ordering, no ledger: a floor, not a like-for-like design).
+- **Slow handler**: the README's kind of app, gunicorn gthread (2 x 4) and one
+  `hookledger worker`; one event's handler sleeps 10 s without the session; meanwhile 4
+  clients each post a signed unique event every 0.2 s (latency from each request's due
+  time). Non-2xx answers and the receive p99, on SQLite and PostgreSQL; every acknowledged
+  event must then be dispatched, each handler once (`bench/slow_handler.py`).
 - **Reconcile**: PostgreSQL; sandbox in its own process; every measurement in a fresh child
   process (peak RSS = `VmHWM` of that child). hookledger: `Reconciler.run(window, payments)`;
   yardstick: `for _ in client.iter_payments(...)` with the same client, window and page size.
