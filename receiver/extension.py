@@ -101,6 +101,7 @@ class WebhookReceiver:
             keyring=settings.data.keyring,
             rejections=settings.data.rejections,
             order_fields=settings.data.order_fields,
+            intake=settings.sqlite_intake_path or None,
             retry=RetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_seconds=settings.backoff_base,

@@ -43,6 +43,7 @@ from receiver.storage.account_table import AccountTable
 from receiver.storage.context import Storage
 from receiver.storage.dispatch import Dispatcher
 from receiver.storage.inbox import Inbox
+from receiver.storage.intake import Intake, register, resolve
 from receiver.storage.operator_actions import Operations
 from receiver.storage.queue import Queue
 from receiver.storage.sealed_columns import open_body, open_headers
@@ -63,6 +64,7 @@ class Store:
         keyring: Keyring | None = None,
         rejections: RejectionPolicy | None = None,
         order_fields: OrderFields | None = None,
+        intake: str | None = None,
     ) -> None:
         """``write_wait``: on SQLite, how long a delivery waits for this process's other
         threads' inserts before it gives up with :class:`StorageUnavailable` (use the busy
@@ -71,11 +73,20 @@ class Store:
         ``keyring``: the data keys payloads are sealed with (none: stored in the clear).
         ``rejections``: how rejected deliveries are recorded. ``order_fields``: the shop's
         order reference fields each stored event is indexed by (default
-        :data:`receiver.core.order_refs.DEFAULT_ORDER_FIELDS`)."""
+        :data:`receiver.core.order_refs.DEFAULT_ORDER_FIELDS`). ``intake``: a SQLite file's
+        intake (:mod:`receiver.storage.intake`): its path, ``"off"`` for none, ``None`` for
+        the default (``<database>-intake``)."""
         self.storage = Storage(engine, clock=clock, keyring=keyring, order_fields=order_fields)
         self._write_wait = write_wait
         self.retry = retry or RetryPolicy()
-        self.inbox = Inbox(self.storage, write_wait=write_wait, headers=stored_headers(headers))
+        intake_path = resolve(engine, intake)
+        register(engine, intake_path)
+        self.inbox = Inbox(
+            self.storage,
+            write_wait=write_wait,
+            headers=stored_headers(headers),
+            intake=Intake(intake_path, busy_timeout=write_wait) if intake_path else None,
+        )
         self.queue = Queue(self.storage, retry=self.retry)
         self.dispatcher = Dispatcher(self.storage, retry=self.retry, rng=rng)
         self.operations = Operations(self.storage, inbox=self.inbox)

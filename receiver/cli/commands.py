@@ -261,7 +261,9 @@ def status_cmd(
         click.echo(
             f"workers alive {found.workers_alive}; open events "
             f"{sum(found.open_events.values())} (pending {found.open_events['pending']}, "
-            f"processing {found.open_events['processing']}); oldest open "
+            f"processing {found.open_events['processing']}"
+            + (f"; {found.intake} in the intake" if found.intake else "")
+            + "); oldest open "
             f"{'-' if age is None else f'{age:.0f} s'}; dead letters {found.dead_events}"
         )
         if set(found.accounts) - {DEFAULT_ACCOUNT}:

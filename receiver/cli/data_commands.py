@@ -33,8 +33,9 @@ import receiver.storage.database as db
 from receiver.cli.common import describe_error, read_only
 from receiver.cli.context import account_option
 from receiver.config.data_at_rest import RetentionPolicy
-from receiver.core.errors import HookledgerError
+from receiver.core.errors import HookledgerError, StorageUnavailable
 from receiver.core.keyring import KEY_ID, generate_key
+from receiver.storage.intake import figures_of
 from receiver.store import Store
 from receiver.web.state import ReceiverState, receiver_state
 
@@ -178,6 +179,8 @@ def rotate_keys_cmd(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    # SQLite: webhooks waiting in the intake are sealed too; into the inbox with them first.
+    waiting = _intake_left(store)
     total = sum(status["remaining"].values())
     if sys.stderr.isatty() and not as_json and total:
         with click.progressbar(length=total, label="sealing again", file=sys.stderr) as bar:
@@ -185,11 +188,30 @@ def rotate_keys_cmd(
     else:
         report = rotation.run(stop=stop, accounts=accounts)
     if as_json:
-        click.echo(json.dumps(report.as_dict()))
+        click.echo(json.dumps({**report.as_dict(), **({"intake": waiting} if waiting else {})}))
     else:
         click.echo(report.render())
-    if not report.complete:
+        if waiting:
+            click.echo(
+                f"{waiting} webhook(s) still in the intake (the database stayed locked): "
+                "run rotate-keys again once a worker has moved them",
+                err=True,
+            )
+    if not report.complete or waiting:
         sys.exit(EXIT_INCOMPLETE)
+
+
+def _intake_left(store: Store) -> int:
+    """Move the webhooks waiting in a SQLite file's intake into the inbox; how many are
+    still there (the database's lock stayed taken meanwhile)."""
+    intake = store.inbox.intake
+    if intake is None or not intake.any():
+        return 0
+    try:
+        store.inbox.move_intake()
+    except (TimeoutError, StorageUnavailable):
+        pass
+    return sum(found.count for found in figures_of(store.engine).values())
 
 
 # -- retention ------------------------------------------------------------------------------

@@ -47,6 +47,9 @@ DOCUMENTED: Mapping[str, str] = {
     "BACKOFF_BASE": "first retry delay in seconds, doubled each attempt (default 2)",
     "BACKOFF_MAX": "largest retry delay in seconds (default 3600)",
     "SQLITE_BUSY_TIMEOUT": "seconds a SQLite writer waits for the lock before a 503 (default 5)",
+    "SQLITE_INTAKE_PATH": "SQLite: the file where webhooks are stored while the database's "
+    "write lock is held for long, by a handler say (default: the database's path + '-intake'; "
+    "'off': they wait for the lock)",
     "DEFER_LIMIT": "seconds after receipt an event may still be deferred by a handler "
     "(default 86400), then it is dead-lettered",
     "AUTO_MIGRATE": "apply hookledger's migrations in init_app (default off; for development)",
@@ -84,6 +87,9 @@ class Settings:
     backoff_base: float = 2.0
     backoff_max: float = 3600.0
     sqlite_busy_timeout: float = 5.0
+    #: SQLite: where webhooks wait while the database's lock is held for long
+    #: (:mod:`receiver.storage.intake`): ``""`` beside the database, ``"off"`` nowhere.
+    sqlite_intake_path: str = ""
     defer_limit: float = 86_400.0
     auto_migrate: bool = False
     #: Header names (lower case) stored besides
@@ -166,6 +172,7 @@ class Settings:
                 backoff_base=float(get("BACKOFF_BASE", 2.0)),
                 backoff_max=float(get("BACKOFF_MAX", 3600.0)),
                 sqlite_busy_timeout=float(get("SQLITE_BUSY_TIMEOUT", 5.0)),
+                sqlite_intake_path=str(get("SQLITE_INTAKE_PATH", "") or ""),
                 defer_limit=float(get("DEFER_LIMIT", 86_400.0)),
                 auto_migrate=_bool(get("AUTO_MIGRATE", False)),
                 stored_headers=parse_header_names(get("STORED_HEADERS")),

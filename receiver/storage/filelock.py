@@ -8,6 +8,13 @@ than the writes themselves: that was the receive path's tail latency on SQLite. 
 lock first, the processes queue on the kernel's lock instead and get in within a fraction of
 a millisecond of its release. It is advisory and only orders the writers that use it; SQLite's
 own lock still guarantees correctness for every writer.
+
+A holder writes the time it took the lock into the file's first bytes (and zeroes them before
+letting go), so a waiter can tell a short holder (another web process's commit, a worker's
+turn) from a long one (a worker whose handlers run inside its transaction): with ``patience``,
+:meth:`WritersLock.hold` gives up with :class:`HeldTooLong` as soon as the current holder has
+held the lock for longer than that, rather than waiting it out (see
+:mod:`receiver.storage.intake`).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +30,14 @@ from contextlib import contextmanager
 
 #: How often a waiting writer tries the lock again (seconds).
 POLL_SECONDS = 0.0005
+
+#: The holder's stamp: the wall-clock time it took the lock (a double; 0: nobody stamped).
+_STAMP = struct.Struct("<d")
+_NO_STAMP = bytes(_STAMP.size)
+
+
+class HeldTooLong(TimeoutError):
+    """The lock's holder has held it for longer than the waiter's ``patience``."""
 
 
 class WritersLock:
@@ -52,12 +68,17 @@ class WritersLock:
         return self._fd
 
     @contextmanager
-    def hold(self, timeout: float) -> Iterator[None]:
+    def hold(self, timeout: float, *, patience: float | None = None) -> Iterator[None]:
         """Hold the lock for the block; :class:`TimeoutError` if it stays taken for
-        ``timeout`` seconds."""
+        ``timeout`` seconds. With ``patience``: :class:`HeldTooLong` (a ``TimeoutError``) as
+        soon as the process holding it has held it for longer than ``patience`` seconds, or
+        another thread of this one has kept it from us for that long."""
         deadline = time.monotonic() + timeout
         self._after_fork()
-        if not self._threads.acquire(timeout=max(timeout, 0.0)):
+        wait = timeout if patience is None else min(timeout, patience)
+        if not self._threads.acquire(timeout=max(wait, 0.0)):
+            if patience is not None:
+                raise HeldTooLong("another thread held the writers' lock too long")
             raise TimeoutError("another thread held the writers' lock too long")
         try:
             fd = self._file()
@@ -68,12 +89,30 @@ class WritersLock:
                 except OSError as exc:
                     if exc.errno not in (errno.EAGAIN, errno.EACCES):
                         raise
+                if patience is not None and _held_for(fd) > patience:
+                    raise HeldTooLong("another process has held the writers' lock too long")
                 if time.monotonic() >= deadline:
                     raise TimeoutError("another process held the writers' lock too long")
                 time.sleep(POLL_SECONDS)
             try:
+                os.pwrite(fd, _STAMP.pack(time.time()), 0)
                 yield
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                try:
+                    os.pwrite(fd, _NO_STAMP, 0)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             self._threads.release()
+
+
+def _held_for(fd: int) -> float:
+    """How long the current holder has held the lock (0 when it has not stamped it yet)."""
+    try:
+        raw = os.pread(fd, _STAMP.size, 0)
+    except OSError:
+        return 0.0
+    if len(raw) < _STAMP.size:
+        return 0.0
+    (since,) = _STAMP.unpack(raw)
+    return time.time() - since if since > 0 else 0.0

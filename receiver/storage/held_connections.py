@@ -102,15 +102,23 @@ class HeldConnections:
                 raise error from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def transaction(self, work: Callable[[Any], T]) -> T:
+    def transaction(
+        self, work: Callable[[Any], T], *, busy_ms: int | None = None, immediate: bool = False
+    ) -> T:
         """``work(connection)`` between ``BEGIN`` (deferred on SQLite: the first write takes
         the lock) and ``COMMIT`` on this thread's connection, rolled back if anything fails.
         Driver errors are raised as SQLAlchemy's ``DBAPIError`` subclasses; anything else
-        ``work`` raises, as it is."""
+        ``work`` raises, as it is. SQLite: ``busy_ms``, how long to wait for the database's
+        write lock (the connection keeps it for its next transactions); ``immediate``: take
+        the lock at ``BEGIN``."""
         conn = self._connection()
         statement = "BEGIN"
         try:
-            conn.execute("BEGIN")
+            if busy_ms is not None:
+                statement = "PRAGMA busy_timeout"
+                conn.execute(f"PRAGMA busy_timeout={int(busy_ms):d}")
+                statement = "BEGIN"
+            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             statement = "(the transaction's statements)"
             result = work(conn)
             statement = "COMMIT"

@@ -10,6 +10,12 @@ threads of one process that store deliveries at the same moment share one write
 queue on a file lock (:mod:`receiver.storage.filelock`), not in SQLite's sleeping busy handler; on
 PostgreSQL one statement that is its own transaction (insert-or-ignore of the batch, answering
 the stored row's hash for those already there): one round trip and one commit for the batch.
+
+On a SQLite file a webhook never waits for a long holder of the database's write lock (a
+worker whose handlers run inside its transaction): a write that finds it held for longer than
+:data:`STAGE_AFTER_SECONDS` stores the webhook in the intake instead, a file of its own
+(:mod:`receiver.storage.intake`), and the next write that gets the lock moves what waits there
+into the inbox first, in the same transaction.
 """
 
 from __future__ import annotations
@@ -32,20 +38,40 @@ from receiver.core.clock import as_utc
 from receiver.core.errors import StorageBusy, StorageUnavailable
 from receiver.core.events import Event
 from receiver.core.headers import DEFAULT_STORED_HEADERS, clean_headers
-from receiver.storage.context import Storage, is_unavailable, unavailable
+from receiver.storage.context import Storage, is_transient_conflict, is_unavailable, unavailable
 from receiver.storage.filelock import WritersLock
 from receiver.storage.groupcommit import GroupCommit
 from receiver.storage.held_connections import HeldConnections
+from receiver.storage.intake import MOVE_BATCH, Intake, Staged
 from receiver.storage.sealed_columns import same_body, seal_event_row
 from receiver.storage.sql.base import Stored
-from receiver.storage.sql.sqlite import STORED_ROW_SQL, SQLiteStatements, stored_of
-from receiver.storage.sql.tables import CONFLICT, EVENT
+from receiver.storage.sql.sqlite import (
+    CONFLICT_COLUMNS,
+    FIRST_DELIVERY_SQL,
+    INSERT_CONFLICT_SQL,
+    INSERT_REFERENCES_SQL,
+    STORED_ROW_SQL,
+    SQLiteStatements,
+    stored_of,
+    utc_text,
+)
+from receiver.storage.sql.tables import CONFLICT, DIGESTS, EVENT, PATHS
 from receiver.storage.tables import EventStatus, Source
 
 log = logging.getLogger("receiver.store")
 
-#: Beside a SQLite database file: the lock its web processes take to write (an empty file).
+#: Beside a SQLite database file: the lock its web processes take to write (an empty file
+#: but for its holder's stamp, see :mod:`receiver.storage.filelock`).
 WRITERS_LOCK_SUFFIX = "-hookledger-writers"
+
+#: SQLite file with an intake: a webhook waits for the database's write lock only while its
+#: holder has held it for less than this (seconds; a web process's commit or a worker's turn
+#: of about 20 ms); once held longer (a worker's handlers running inside its transaction, an
+#: operator's command, the shop's own writes), the webhook is stored in the intake instead.
+STAGE_AFTER_SECONDS = 0.04
+
+#: The key of an inbox row's values that lets its write go to the intake (a webhook's).
+MAY_STAGE = "hookledger_may_stage"
 
 InsertResult = Literal["inserted", "duplicate", "conflict"]
 
@@ -68,10 +94,13 @@ _DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Inserted:
-    """What :meth:`Inbox.insert` did with a delivery."""
+    """What :meth:`Inbox.insert` did with a delivery. ``staged``: it was stored in the intake
+    (:mod:`receiver.storage.intake`) and enters the inbox with the next move; its ``pk`` is
+    then 0 (or, for a conflict, the stored row's, if that is in the inbox already)."""
 
     result: InsertResult
     pk: int
+    staged: bool = False
 
 
 def body_sha256(body: bytes) -> str:
@@ -138,10 +167,13 @@ class Inbox:
         *,
         write_wait: float = 5.0,
         headers: frozenset[str] = DEFAULT_STORED_HEADERS,
+        intake: Intake | None = None,
     ) -> None:
         """``write_wait``: on SQLite, how long a delivery waits for this process's other
         threads' inserts before it gives up with :class:`StorageUnavailable`. ``headers``:
-        the request headers kept with each delivery (see :func:`stored_headers`)."""
+        the request headers kept with each delivery (see :func:`stored_headers`).
+        ``intake``: a SQLite file's intake (:mod:`receiver.storage.intake`), where a webhook
+        goes when the database's write lock is held for long (``None``: it waits)."""
         self.storage = storage
         self.headers = headers
         sql = storage.sql
@@ -180,6 +212,8 @@ class Inbox:
             if sql.one_statement_batches or self._writers is not None
             else None
         )
+        #: A SQLite file's intake (none in memory, none on PostgreSQL).
+        self.intake = intake if self._writers is not None else None
 
     def __repr__(self) -> str:
         return f"Inbox(dialect={self._sql.name!r})"
@@ -194,6 +228,7 @@ class Inbox:
         source: str = Source.WEBHOOK,
         replay_of: int | None = None,
         account: str = DEFAULT_ACCOUNT,
+        may_stage: bool = False,
     ) -> Inserted:
         """Store a delivery to ``account`` durably; return after commit.
 
@@ -206,6 +241,11 @@ class Inbox:
         Deliveries stored by this process's threads at the same moment share one write and
         one commit (:mod:`receiver.storage.groupcommit`); each still gets its own answer, and only
         after the commit.
+
+        ``may_stage`` (the receive path): on a SQLite file with an intake, when the database's
+        write lock is held for long, the delivery is stored in the intake instead (answered
+        the same, :attr:`Inserted.staged` set); a caller that needs the inbox row's id at
+        once (``observe``) leaves it off.
         """
         values = self.row(
             event,
@@ -216,6 +256,8 @@ class Inbox:
             replay_of=replay_of,
             account=account,
         )
+        if may_stage and self.intake is not None:
+            values[MAY_STAGE] = True
         if self._group is None:
             outcome = self._insert_batch([values])[0]
             if isinstance(outcome, BaseException):
@@ -354,6 +396,8 @@ class Inbox:
         """Insert deliveries in one transaction (see :meth:`insert`)."""
         if self._writers is None:
             return self._insert_transaction(rows)
+        if self.intake is not None and any(values.get(MAY_STAGE) for values in rows):
+            return self._insert_or_stage(rows)
         try:
             with self._writers.hold(self._write_wait):
                 return self._insert_transaction(rows)
@@ -362,21 +406,239 @@ class Inbox:
         except OSError as exc:  # its file cannot be opened
             raise StorageUnavailable() from exc
 
-    def _insert_transaction(self, rows: list[dict[str, Any]]) -> list[Inserted]:
+    def _insert_transaction(
+        self,
+        rows: list[dict[str, Any]],
+        *,
+        busy: float | None = None,
+        notes: Sequence[tuple[str, str]] = (),
+    ) -> list[Inserted]:
+        """Insert deliveries in one transaction of the database (the caller holds its writers'
+        lock); with an intake, what waits there is moved in the same transaction, first (see
+        :mod:`receiver.storage.intake`), with ``notes`` (first deliveries: account, time).
+        ``busy``: wait that long for SQLite's lock, then raise :class:`_Busy`."""
+        intake = self.intake
+        if intake is None or not intake.exists():
+            return self._write(rows, (), notes, busy)
+        try:
+            with intake.hold(self._write_wait):
+                staged = intake.pending(
+                    MOVE_BATCH, {(values["account"], values["event_id"]) for values in rows}
+                )
+                waiting = intake.notes()
+                written = self._write(rows, staged, [*waiting, *notes], busy)
+                self._forget(staged, waiting)
+                return written
+        except TimeoutError as exc:  # another writer kept the intake's lock: busy
+            raise StorageBusy() from exc
+        except OSError as exc:  # the intake's lock file cannot be opened
+            raise StorageUnavailable() from exc
+        except DBAPIError as exc:  # the intake could not be read
+            if not is_unavailable(exc):
+                raise
+            raise unavailable(exc) from exc
+
+    def _write(
+        self,
+        rows: list[dict[str, Any]],
+        staged: Sequence[Staged],
+        notes: Sequence[tuple[str, str]],
+        busy: float | None,
+    ) -> list[Inserted]:
+        """The database's transaction of :meth:`_insert_transaction`."""
+        move = bool(staged or notes)
+
+        def on_driver(conn: Any) -> list[Inserted]:
+            if move:
+                self._move_on(conn, staged, notes)
+            return [self._insert_one_on_driver(conn, values) for values in rows]
+
+        # With an intake each transaction says how long to wait for SQLite's lock (the held
+        # connection keeps the last one said).
+        wait = busy if busy is not None else self._write_wait
         try:
             if self._held is not None:
                 return self._held.transaction(
-                    lambda conn: [self._insert_one_on_driver(conn, values) for values in rows]
+                    on_driver, busy_ms=int(wait * 1000) if self.intake is not None else None
                 )
         except _Conflicting:
             pass  # (rare) written again below, through SQLAlchemy, which keeps the conflict
         except DBAPIError as exc:
+            if busy is not None and is_transient_conflict(exc):
+                raise _Busy() from exc
             if not is_unavailable(exc):
                 raise
             raise unavailable(exc) from exc
         try:
             with self.storage.deferred.begin() as conn:
+                if move:
+                    self._move_on(conn.connection.driver_connection, staged, notes)
                 return [self._insert_one(conn, values) for values in rows]
+        except DBAPIError as exc:
+            if not is_unavailable(exc):
+                raise
+            raise unavailable(exc) from exc
+
+    # -- SQLite file: the intake ----------------------------------------------------------
+
+    def _insert_or_stage(self, rows: list[dict[str, Any]]) -> list[Inserted]:
+        """Write webhooks into the inbox if the database's lock is free or held briefly;
+        into the intake if its holder has held it for longer than
+        :data:`STAGE_AFTER_SECONDS`. Deliveries that may not wait there (an observation,
+        a replay) are written into the inbox as before, waiting for the lock."""
+        others = [i for i, values in enumerate(rows) if not values.get(MAY_STAGE)]
+        if others:
+            mine = [i for i in range(len(rows)) if i not in set(others)]
+            outcomes: list[Inserted | None] = [None] * len(rows)
+            for part, written in (
+                (others, self._insert_together([rows[i] for i in others])),
+                (mine, self._insert_or_stage([rows[i] for i in mine])),
+            ):
+                for index, outcome in zip(part, written, strict=True):
+                    outcomes[index] = outcome
+            return [o for o in outcomes if o is not None]
+        assert self._writers is not None
+        try:
+            with self._writers.hold(self._write_wait, patience=STAGE_AFTER_SECONDS):
+                return self._insert_transaction(rows, busy=STAGE_AFTER_SECONDS)
+        except (TimeoutError, _Busy):
+            pass  # held for long: the intake
+        except OSError as exc:  # the lock's file cannot be opened
+            raise StorageUnavailable() from exc
+        return self._stage(rows)
+
+    def _stage(self, rows: list[dict[str, Any]]) -> list[Inserted]:
+        """Store webhooks in the intake, judged against the inbox and the intake."""
+        intake = self.intake
+        assert intake is not None
+        try:
+            with intake.hold(self._write_wait):
+                return intake.transaction(
+                    lambda conn: [self._stage_one(conn, values) for values in rows]
+                )
+        except TimeoutError as exc:  # another writer kept the intake's lock: busy
+            raise StorageBusy() from exc
+        except OSError as exc:  # the intake's lock file cannot be opened
+            raise StorageUnavailable() from exc
+        except DBAPIError as exc:
+            if not is_unavailable(exc):
+                raise
+            raise unavailable(exc) from exc
+
+    def _stage_one(self, conn: Any, values: dict[str, Any]) -> Inserted:
+        """One webhook into the intake (``conn``: its transaction, under its lock): a
+        duplicate or a conflict of what the inbox holds (read without a lock: a committed
+        row), else of what the intake holds; else new."""
+        sql = self._sql
+        assert isinstance(sql, SQLiteStatements) and self._held is not None
+        account, event_id = values["account"], values["event_id"]
+        found = self._held.fetchall(STORED_ROW_SQL, (account, event_id))
+        stored = stored_of(found[0] if found else None) or Intake.first_stored(
+            conn, account, event_id
+        )
+        bound = sql.bound_event(values)
+        if stored is None:
+            Intake.stage(conn, "inserted", bound, values[PATHS], values[DIGESTS])
+            return Inserted(result="inserted", pk=0, staged=True)
+        if self._judge(values, stored) == "duplicate":
+            return Inserted(result="duplicate", pk=stored.pk)
+        # Kept to be moved after the first one: the move records it as the conflict it is.
+        Intake.stage(conn, "conflict", bound, values[PATHS], values[DIGESTS])
+        _log_conflict(values)
+        return Inserted(result="conflict", pk=stored.pk, staged=True)
+
+    def _move_on(
+        self, conn: Any, staged: Sequence[Staged], notes: Sequence[tuple[str, str]]
+    ) -> None:
+        """Write what waited in the intake into the inbox on the sqlite3 connection ``conn``
+        (in the caller's transaction), as the receive path writes a delivery: the first
+        deliveries (before the deliveries they bound), then each delivery in arrival order
+        with its order index rows; one whose event id is there already is a duplicate (moved
+        before: a crash came between the two commits) or a conflict (kept as such)."""
+        sql = self._sql
+        assert isinstance(sql, SQLiteStatements)
+        now = utc_text(self.storage.now())
+        for account, at in notes:
+            conn.execute(FIRST_DELIVERY_SQL, (account, at, now))
+        for each in staged:
+            pk = sql.insert_bound_on_driver(conn, each.bound)
+            if pk is not None:
+                for path, digest in zip(each.paths, each.digests, strict=True):
+                    conn.execute(
+                        INSERT_REFERENCES_SQL, (pk, path, each["account"], digest, each["key_id"])
+                    )
+                continue
+            stored = sql.stored_on_driver(conn, *each.key)
+            if stored is None:  # ignored, yet not there: cannot be, under the write lock
+                raise RuntimeError("an insert was ignored for a row that is not stored")
+            values = {
+                name: each[name]
+                for name in ("account", "event_id", "event_type", "source", "body")
+                + ("body_sha256", "key_id")
+            }
+            if self._judge(values, stored) == "conflict":
+                conn.execute(INSERT_CONFLICT_SQL, [each[name] for name in CONFLICT_COLUMNS])
+                if each.answer != "conflict":  # (a conflict was logged when it was answered)
+                    _log_conflict(values)
+
+    def _forget(self, staged: Sequence[Staged], notes: Sequence[tuple[str, str]]) -> None:
+        """Delete from the intake what the inbox holds now. A failure only leaves them
+        there: the next move finds them in the inbox and deletes them then."""
+        assert self.intake is not None
+        try:
+            self.intake.forget(staged, notes)
+        except DBAPIError as exc:
+            log.warning(
+                "moved deliveries not yet deleted from the intake (the next move will): %s",
+                type(exc.orig or exc).__name__,
+                extra={"action": "intake_forget"},
+            )
+
+    def move_intake(self) -> int:
+        """Move the deliveries waiting in the intake into the inbox, in transactions of up to
+        :data:`receiver.storage.intake.MOVE_BATCH` (the worker, before each claim; the
+        commands that need every delivery in the inbox). Returns how many were moved.
+        Raises ``TimeoutError`` when the database's lock stayed taken, and
+        :class:`StorageUnavailable` when the database cannot be reached."""
+        intake = self.intake
+        if intake is None or not intake.any():
+            return 0
+        assert self._writers is not None
+        moved = 0
+        while True:
+            with self._writers.hold(self._write_wait), intake.hold(self._write_wait):
+                staged = intake.pending(MOVE_BATCH)
+                waiting = intake.notes()
+                if staged or waiting:
+                    self._write([], staged, waiting, None)
+                    self._forget(staged, waiting)
+            moved += len(staged)
+            if len(staged) < MOVE_BATCH:
+                return moved
+
+    def note_first_delivery(self, at: datetime, *, account: str = DEFAULT_ACCOUNT) -> None:
+        """SQLite file with an intake: keep ``at`` as ``account``'s first delivery (see
+        :meth:`receiver.storage.operator_actions.Operations.note_delivery`), in the database
+        if its lock is free or held briefly, else in the intake, whence it is moved before
+        any delivery. Raises :class:`StorageUnavailable` when neither can be written."""
+        intake = self.intake
+        assert intake is not None and self._writers is not None
+        note = (account, utc_text(as_utc(at)) or "")
+        try:
+            with self._writers.hold(self._write_wait, patience=STAGE_AFTER_SECONDS):
+                self._insert_transaction([], busy=STAGE_AFTER_SECONDS, notes=[note])
+                return
+        except (TimeoutError, _Busy):
+            pass
+        except OSError as exc:  # the lock's file cannot be opened
+            raise StorageUnavailable() from exc
+        try:
+            with intake.hold(self._write_wait):
+                intake.note(*note)
+        except TimeoutError as exc:  # another writer kept the intake's lock: busy
+            raise StorageBusy() from exc
+        except OSError as exc:  # the intake's lock file cannot be opened
+            raise StorageUnavailable() from exc
         except DBAPIError as exc:
             if not is_unavailable(exc):
                 raise
@@ -611,6 +873,11 @@ class Inbox:
 
 class _Conflicting(Exception):
     """A batch written on the driver met a conflict (the same id, another body)."""
+
+
+class _Busy(Exception):
+    """SQLite's write lock stayed taken past the short wait of a write that may go to the
+    intake instead."""
 
 
 def conflict_row(values: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from receiver.core.events import Event
 from receiver.storage.context import Storage, is_unavailable, unavailable
 from receiver.storage.database import VERSION_TABLE
 from receiver.storage.inbox import Inbox
+from receiver.storage.intake import figures_of
 from receiver.storage.sealed_columns import open_body, open_error, open_headers
 from receiver.storage.sql.tables import CONFLICT, CUTOVER, EVENT, HANDLER_RUN, ORDER_REF
 from receiver.storage.tables import (
@@ -276,6 +277,11 @@ class Operations:
             oldest = conn.execute(
                 select(func.min(EVENT.c.received_at)).where(EVENT.c.status.in_(EventStatus.OPEN))
             ).scalar()
+        # SQLite: webhooks still in the intake are pending events too.
+        for found in figures_of(self.storage.engine).values():
+            counts[EventStatus.PENDING] = counts.get(EventStatus.PENDING, 0) + found.count
+            if oldest is None or found.oldest < as_utc(oldest):
+                oldest = found.oldest
         age = None if oldest is None else (self.storage.now() - as_utc(oldest)).total_seconds()
         return counts, age
 
@@ -336,7 +342,12 @@ class Operations:
         if attempt is None or at < attempt:
             self._first_attempt[account] = attempt = at
         try:
-            self.record_first_delivery(attempt, account=account)
+            if self._inbox.intake is not None:
+                # Kept in the intake if the database's lock is held for long (moved into the
+                # database before any delivery it bounds).
+                self._inbox.note_first_delivery(attempt, account=account)
+            else:
+                self.record_first_delivery(attempt, account=account)
         except DBAPIError as exc:
             if is_unavailable(exc):
                 # The delivery's insert would wait out the same timeout: answer 503 now

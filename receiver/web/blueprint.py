@@ -151,6 +151,7 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
             headers=environ_headers(request.environ, state.store.inbox.headers),
             secret_id=secret_id,
             account=account.id,
+            may_stage=True,
         )
     except ReceiveError as exc:
         if exc.http_status < 500:  # the request's fault: kept (bounded) in hookledger_rejection
@@ -196,8 +197,9 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
         return error_response(exc)
     signals.received(event, outcome.result, secret_id)
     log.info(
-        "webhook %s",
+        "webhook %s%s",
         outcome.result,
+        " (in the intake: the database was locked)" if outcome.staged else "",
         extra={
             "action": "received",
             "result": outcome.result,
@@ -205,6 +207,7 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
             "event_type": event.event_type,
             "secret_id": secret_id,
             "account": account.id,
+            **({"intake": True} if outcome.staged else {}),
         },
     )
     # Built directly: Flask's jsonify costs more than the rest of the response path.

@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc, utcnow
 from receiver.storage.database import deferred_begin
+from receiver.storage.intake import figures_of
 from receiver.storage.tables import EventStatus, InboxEvent, WorkerHeartbeat
 
 log = logging.getLogger("receiver.heartbeat")
@@ -94,6 +95,10 @@ class OpsStatus:
     dead_events: int
     oldest_open_age_seconds: float | None
     problems: tuple[str, ...] = field(default=())
+    #: SQLite: webhooks stored in the intake while the database's lock was held for long, not
+    #: yet moved into the inbox (:mod:`receiver.storage.intake`); counted in ``open_events``
+    #: as pending, and in the oldest open event's age.
+    intake: int = 0
     #: Per processor account with open or dead events: ``open``, ``dead`` and
     #: ``oldest_open_age_seconds`` (see :mod:`receiver.core.accounts`).
     accounts: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -121,6 +126,7 @@ class OpsStatus:
                 for w in self.workers
             ],
             "open_events": self.open_events,
+            "intake": self.intake,
             "dead_events": self.dead_events,
             "accounts": self.accounts,
             "oldest_open_age_seconds": (
@@ -173,6 +179,18 @@ def check(
             per_account.setdefault(
                 account, {"open": 0, "dead": 0, "oldest_open_age_seconds": None}
             )["dead"] = int(n)
+    # Webhooks still in the intake (SQLite) are open events too: pending, as old as they are.
+    waiting = figures_of(engine)
+    for account, found in waiting.items():
+        figures = per_account.setdefault(
+            account, {"open": 0, "dead": 0, "oldest_open_age_seconds": None}
+        )
+        figures["open"] += found.count
+        age_of = max(0.0, (now - found.oldest).total_seconds())
+        figures["oldest_open_age_seconds"] = max(figures["oldest_open_age_seconds"] or 0.0, age_of)
+    in_intake = sum(found.count for found in waiting.values())
+    if in_intake:
+        open_counts[EventStatus.PENDING] = open_counts.get(EventStatus.PENDING, 0) + in_intake
     ages = [a["oldest_open_age_seconds"] for a in per_account.values()]
     known = [a for a in ages if a is not None]
     dead = sum(a["dead"] for a in per_account.values())
@@ -217,6 +235,7 @@ def check(
         dead_events=dead,
         oldest_open_age_seconds=age,
         problems=tuple(problems),
+        intake=in_intake,
         accounts={
             account: {
                 **figures,

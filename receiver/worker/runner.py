@@ -25,7 +25,12 @@ from sqlalchemy.orm import Session
 import receiver.core.signals as signals
 from receiver.core.clock import as_utc
 from receiver.core.defer import Defer
-from receiver.core.errors import BodyRedacted, DataUnavailable, MalformedEvent
+from receiver.core.errors import (
+    BodyRedacted,
+    DataUnavailable,
+    MalformedEvent,
+    StorageUnavailable,
+)
 from receiver.core.events import parse_event
 from receiver.core.registry import Registry
 from receiver.storage.context import describe_database_error, is_database_error
@@ -138,6 +143,7 @@ class Worker:
                 idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
                 continue
             if burst and not self._stranded:
+                self._warn_intake_left()
                 break
             self.stopping.wait(idle)
             idle = min(idle * 2, self.config.poll_interval)
@@ -169,6 +175,7 @@ class Worker:
 
     def run_once(self) -> int:
         """Claim a batch of due events and process them; return how many were processed."""
+        self._move_intake()
         if self.store.single_writer and not self.store.queue.any_due():
             return 0  # found without taking the write lock
         with self._writing():
@@ -206,6 +213,42 @@ class Worker:
         self._report(works, outcomes, timings)
         self.processed += len(batch)
         return len(batch)
+
+    def _move_intake(self) -> None:
+        """SQLite file: move the webhooks stored in the intake while the database's lock was
+        held for long (by this worker's handlers, say) into the inbox, before claiming (see
+        :mod:`receiver.storage.intake`). A lock that stays taken only delays them to the next
+        claim; the database's failure is the worker's (logged, backed off)."""
+        try:
+            moved = self.store.inbox.move_intake()
+        except TimeoutError:
+            return
+        except StorageUnavailable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, SQLAlchemyError):
+                raise cause from exc
+            return  # the intake's lock stayed taken: the next claim tries again
+        if moved:
+            log.debug(
+                "%d webhook(s) moved from the intake into the inbox",
+                moved,
+                extra={"action": "intake_moved", "worker": self.name},
+            )
+
+    def _warn_intake_left(self) -> None:
+        """``--burst`` ends with webhooks still in the intake only when the database's lock
+        stayed taken past the busy timeout while it tried to move them: say so."""
+        intake = self.store.inbox.intake
+        try:
+            left = intake is not None and intake.any()
+        except SQLAlchemyError:
+            left = False
+        if left:
+            log.warning(
+                "webhooks are still in the intake (the database stayed locked): the next "
+                "worker run moves them",
+                extra={"action": "intake_left", "worker": self.name},
+            )
 
     @contextmanager
     def _writing(self) -> Iterator[None]:

@@ -140,24 +140,36 @@ class Procs:
         self.started.append(proc)
         return proc
 
-    def gunicorn(self, port: int, *, workers: int, name: str = "web", **env: str) -> Proc:
+    def gunicorn(
+        self,
+        port: int,
+        *,
+        workers: int,
+        name: str = "web",
+        app: str = APP,
+        threads: int = 1,
+        **env: str,
+    ) -> Proc:
+        """``app``: the module with ``create_app``; ``threads`` above 1: gthread workers."""
+        threaded = ["-k", "gthread", "--threads", str(threads)] if threads > 1 else []
         return self._start_env(
             name,
             [
                 str(BIN / "gunicorn"),
                 "-w",
                 str(workers),
+                *threaded,
                 "-b",
                 f"127.0.0.1:{port}",
                 "--log-level",
                 "warning",
-                f"{APP}:create_app()",
+                f"{app}:create_app()",
             ],
             env,
         )
 
-    def worker(self, *args: str, name: str = "worker", **env: str) -> Proc:
-        argv = [str(BIN / "hookledger"), "--app", f"{APP}:create_app", "worker", *args]
+    def worker(self, *args: str, name: str = "worker", app: str = APP, **env: str) -> Proc:
+        argv = [str(BIN / "hookledger"), "--app", f"{app}:create_app", "worker", *args]
         proc = self._start_env(name, argv, env)
         proc.ready = r"hookledger worker \S+ started"  # printed after its SIGTERM handler is set
         return proc

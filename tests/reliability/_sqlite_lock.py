@@ -1,7 +1,9 @@
-"""Hold SQLite's write lock from another process: ``python -m tests.reliability._sqlite_lock DB``.
+"""Hold SQLite's write lock from another process: ``python -m tests.reliability._sqlite_lock DB
+[DB ...]``.
 
-Takes ``BEGIN EXCLUSIVE`` on the database file, prints ``locked``, keeps the lock until its
-stdin is closed (or it is killed), then rolls back. This is what a long write transaction of
+Takes ``BEGIN EXCLUSIVE`` on each database file (say, hookledger's database and its intake,
+``<database>-intake``), prints ``locked``, keeps the locks until its stdin is closed (or it is
+killed), then rolls back. This is what a long write transaction of
 another process does to hookledger (a migration, a ``VACUUM``, a bulk import, a stuck
 script): writers wait for the busy timeout, then fail with "database is locked".
 """
@@ -12,18 +14,21 @@ import sqlite3
 import sys
 
 
-def main(path: str) -> int:
-    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+def main(*paths: str) -> int:
+    conns = [sqlite3.connect(path, timeout=30, isolation_level=None) for path in paths]
     try:
-        conn.execute("BEGIN EXCLUSIVE")
+        for conn in conns:
+            conn.execute("BEGIN EXCLUSIVE")
         print("locked", flush=True)
         sys.stdin.read()  # until the test closes our stdin
-        conn.execute("ROLLBACK")
+        for conn in conns:
+            conn.execute("ROLLBACK")
     finally:
-        conn.close()
+        for conn in conns:
+            conn.close()
     print("released", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:]))

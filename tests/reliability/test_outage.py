@@ -90,7 +90,8 @@ class Outage:
             return
         path = make_url(self.database_url).database
         assert path
-        argv = [sys.executable, "-m", "tests.reliability._sqlite_lock", path]
+        # The database and its intake, where a webhook goes when only the database is locked.
+        argv = [sys.executable, "-m", "tests.reliability._sqlite_lock", path, path + "-intake"]
         self.locker = self.procs.start("sqlite-lock", argv, stdin_pipe=True)
         locker = self.locker
         wait_until(lambda: "locked" in locker.output(), timeout=15, message="the lock")

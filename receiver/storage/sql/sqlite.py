@@ -152,6 +152,35 @@ INSERT_REFERENCES_SQL = (
 STORED_ROW_SQL = (
     "SELECT id, body_sha256, key_id FROM hookledger_event WHERE account = ? AND event_id = ?"
 )
+#: The columns of a conflict's row (see :func:`receiver.storage.inbox.conflict_row`), all also
+#: columns of the inbox row.
+CONFLICT_COLUMNS = (
+    "account",
+    "event_id",
+    "source",
+    "body",
+    "headers",
+    "body_sha256",
+    "secret_id",
+    "received_at",
+    "key_id",
+)
+#: A conflicting delivery on the driver (its values bound as :meth:`SQLiteStatements.bound_event`
+#: binds them).
+INSERT_CONFLICT_SQL = (
+    f"INSERT INTO hookledger_event_conflict ({', '.join(CONFLICT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(CONFLICT_COLUMNS))}) "
+    "ON CONFLICT (account, event_id, body_sha256) DO NOTHING"
+)
+#: An account's first delivery (``account``, time, recorded at: times as :func:`utc_text`),
+#: unless an earlier one is kept (see
+#: :meth:`receiver.storage.operator_actions.Operations.record_first_delivery`).
+FIRST_DELIVERY_SQL = (
+    "INSERT INTO hookledger_cutover (account, name, mode, cutover_at, recorded_at) "
+    "VALUES (?, 'first_delivery', 'delivery', ?, ?) ON CONFLICT (account, name) DO UPDATE SET "
+    "cutover_at = CASE WHEN excluded.cutover_at < hookledger_cutover.cutover_at "
+    "THEN excluded.cutover_at ELSE hookledger_cutover.cutover_at END"
+)
 
 
 def stored_of(row: Sequence[Any] | None) -> Stored | None:
@@ -222,13 +251,19 @@ class SQLiteStatements(Statements):
         )
         return {r[0]: int(r[1]) for r in conn.execute(stmt, list(rows))}
 
+    def bound_event(self, values: dict[str, Any]) -> list[Any]:
+        """The values of an inbox row (:data:`EVENT_COLUMNS`, in that order) as the driver
+        binds them: times as :func:`utc_text`, the rest as SQLAlchemy's types bind them."""
+        return [bind(values[name]) if bind else values[name] for name, bind in self._event_binds]
+
     def insert_delivery_on_driver(self, conn: Any, values: dict[str, Any]) -> int | None:
         """Insert-or-ignore one delivery on a sqlite3 connection (in the caller's
         transaction): the new row's id, ``None`` if its event id is stored already."""
-        cursor = conn.execute(
-            INSERT_DELIVERY_SQL,
-            [bind(values[name]) if bind else values[name] for name, bind in self._event_binds],
-        )
+        return self.insert_bound_on_driver(conn, self.bound_event(values))
+
+    def insert_bound_on_driver(self, conn: Any, bound: Sequence[Any]) -> int | None:
+        """:meth:`insert_delivery_on_driver` of a row already bound (:meth:`bound_event`)."""
+        cursor = conn.execute(INSERT_DELIVERY_SQL, bound)
         return int(cursor.lastrowid) if cursor.rowcount == 1 else None
 
     def insert_references_on_driver(self, conn: Any, values: dict[str, Any], pk: int) -> None:

@@ -531,8 +531,12 @@ def _hold_writers_lock(path: str, seconds: float, ready: Any) -> None:
         time.sleep(seconds)
 
 
-def _sqlite_file_app(tmp_path: Any, name: str, busy_timeout: float) -> tuple[Flask, str]:
-    """An app on a SQLite file, and the path of that file's writers' lock."""
+def _sqlite_file_app(
+    tmp_path: Any, name: str, busy_timeout: float, *, intake: str = "off"
+) -> tuple[Flask, str]:
+    """An app on a SQLite file, and the path of that file's writers' lock. Without an intake
+    unless told (``""``: the default one): a delivery waits for the lock, as these tests
+    measure (receiver/storage/test_intake.py tests the intake)."""
     from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
 
     database = tmp_path / "shared.sqlite3"
@@ -541,6 +545,7 @@ def _sqlite_file_app(tmp_path: Any, name: str, busy_timeout: float) -> tuple[Fla
         HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
         HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
         HOOKLEDGER_SQLITE_BUSY_TIMEOUT=busy_timeout,
+        HOOKLEDGER_SQLITE_INTAKE_PATH=intake,
         HOOKLEDGER_AUTO_MIGRATE=True,
     )
     WebhookReceiver(app)

@@ -1,0 +1,368 @@
+"""The intake: on SQLite, where a webhook is stored while the database's write lock is held
+for long, so that receiving never waits for a handler.
+
+SQLite has one writer at a time, and the worker's dispatch transaction holds the database's
+write lock while its handlers run: that is what commits a handler's writes through the
+session together with its ledger row, exactly once. A webhook that needed that lock would
+wait for the handler (a 10 s carrier call: 503s after the busy timeout). So beside the
+database file there is a second SQLite file of hookledger's own, the intake
+(``<database>-intake``, or ``HOOKLEDGER_SQLITE_INTAKE_PATH``; WAL, ``synchronous=FULL``, its own
+write lock and its own writers' lock file). A delivery whose write finds the database's lock
+held for longer than :data:`receiver.storage.inbox.STAGE_AFTER_SECONDS` (by a worker's
+handlers, an operator's command, the shop's own writes) is stored here instead, durably, and
+answered at once.
+
+- **Dedupe stays exact.** A delivery is judged (new, duplicate, conflict) against the
+  database's inbox, read without a lock (a WAL snapshot), and against the intake, under the
+  intake's lock. A write to the database's inbox by the receive path holds the intake's lock
+  too, from its read of the intake to its commit, and a move deletes from the intake only
+  after its commit: whichever comes first, the other one sees it.
+- **The move.** Deliveries go from the intake into the inbox in the order they arrived, as
+  the receive path would have written them (the order index rows with them, a conflict into
+  the conflicts table): by the next web write that gets the database's lock, in the same
+  transaction, and by the worker before each claim. One transaction inserts them into the
+  inbox (``ON CONFLICT DO NOTHING``: a delivery already there is a duplicate of itself), and
+  only after its commit are they deleted from the intake. A crash between the two commits
+  leaves them in both; the next move finds them in the inbox and only deletes them. Nothing
+  is lost or doubled, and handlers only ever run from the inbox, so exactly-once, fencing,
+  per-object order (event time) and the ledger are those of the inbox, unchanged.
+- **The first delivery** of a web process (the go-live bound, see
+  :meth:`receiver.storage.operator_actions.Operations.note_delivery`) is kept here too when
+  the database is locked, and moved in the same transaction as the deliveries, before them.
+- **What reads the queue** (``hookledger status`` and ``stats``, the queue-depth and
+  oldest-open metrics, the console's queue, the health check) counts the intake's deliveries
+  as pending events (:func:`figures_of`). Event listings, the order search and an object's
+  story show them once they are in the inbox: within a worker's claim or the next webhook.
+
+PostgreSQL has row locks and needs none of this. A SQLite database in memory has none either.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from receiver.storage.database import make_engine
+from receiver.storage.filelock import WritersLock
+from receiver.storage.held_connections import HeldConnections
+from receiver.storage.sql.base import Stored
+from receiver.storage.sql.tables import EVENT_COLUMNS
+
+log = logging.getLogger("receiver.store")
+
+T = TypeVar("T")
+
+#: Beside a SQLite database file: its intake (see the module's docstring).
+INTAKE_SUFFIX = "-intake"
+#: ``HOOKLEDGER_SQLITE_INTAKE_PATH=off``: no intake (a write waits for the lock, as before).
+OFF = "off"
+#: Beside the intake: the lock its writers queue on (as the database's, see
+#: :mod:`receiver.storage.filelock`).
+LOCK_SUFFIX = "-hookledger-writers"
+#: Deliveries moved into the inbox per transaction, at most.
+MOVE_BATCH = 256
+
+TABLE = "hookledger_intake"
+NOTES = "hookledger_intake_first_delivery"
+#: The inbox columns an intake row keeps, in :data:`EVENT_COLUMNS` order.
+COLUMNS: tuple[str, ...] = tuple(EVENT_COLUMNS)
+_INDEX = {name: i for i, name in enumerate(COLUMNS)}
+_AFFINITY = {"timestamptz": "TEXT", "bytea": "BLOB", "bigint": "INTEGER", "integer": "INTEGER"}
+
+_CREATE = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} ("
+    " id INTEGER PRIMARY KEY,"
+    " answer TEXT NOT NULL,"
+    + "".join(f" {name} {_AFFINITY.get(kind, 'TEXT')}," for name, kind in EVENT_COLUMNS.items())
+    + " ref_paths TEXT NOT NULL DEFAULT '[]',"
+    " ref_digests TEXT NOT NULL DEFAULT '[]',"
+    " UNIQUE (account, event_id, body_sha256))",
+    f"CREATE TABLE IF NOT EXISTS {NOTES} (account TEXT PRIMARY KEY, first_at TEXT NOT NULL)",
+)
+_INSERT = (
+    f"INSERT INTO {TABLE} (answer, {', '.join(COLUMNS)}, ref_paths, ref_digests) "
+    f"VALUES (?, {', '.join('?' * len(COLUMNS))}, ?, ?) "
+    "ON CONFLICT (account, event_id, body_sha256) DO NOTHING"
+)
+_SELECT = f"SELECT id, answer, {', '.join(COLUMNS)}, ref_paths, ref_digests FROM {TABLE}"
+_FIRST_STORED = (
+    f"SELECT body_sha256, key_id FROM {TABLE} WHERE account = ? AND event_id = ? "
+    "ORDER BY id LIMIT 1"
+)
+_ANY = f"SELECT EXISTS (SELECT 1 FROM {TABLE}) OR EXISTS (SELECT 1 FROM {NOTES})"
+_NOTE = (
+    f"INSERT INTO {NOTES} (account, first_at) VALUES (?, ?) ON CONFLICT (account) DO UPDATE "
+    f"SET first_at = min(first_at, excluded.first_at)"
+)
+_FORGET_NOTE = f"DELETE FROM {NOTES} WHERE account = ? AND first_at = ?"
+_FIGURES = f"SELECT account, count(*), min(received_at) FROM {TABLE} GROUP BY account"
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """A delivery in the intake: its row ``id`` (arrival order), what it was answered
+    (``inserted`` or ``conflict``), its inbox row as the driver binds it (``bound``, in
+    :data:`COLUMNS` order) and its order index references."""
+
+    id: int
+    answer: str
+    bound: tuple[Any, ...]
+    paths: list[str]
+    digests: list[str]
+
+    def __getitem__(self, name: str) -> Any:
+        """The inbox column ``name`` (as bound: a time is its text)."""
+        return self.bound[_INDEX[name]]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (str(self["account"]), str(self["event_id"]))
+
+
+def _staged(row: Sequence[Any]) -> Staged:
+    n = len(COLUMNS)
+    return Staged(
+        id=int(row[0]),
+        answer=str(row[1]),
+        bound=tuple(row[2 : 2 + n]),
+        paths=list(json.loads(row[2 + n] or "[]")),
+        digests=list(json.loads(row[3 + n] or "[]")),
+    )
+
+
+class Intake:
+    """One intake file: its writers' lock, a driver connection per thread, its statements."""
+
+    def __init__(self, path: str, *, busy_timeout: float = 5.0) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self._lock = WritersLock(path + LOCK_SUFFIX)
+        self._guard = threading.Lock()
+        self._engine: Engine | None = None
+        self._held: HeldConnections | None = None
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return f"Intake({self.path!r})"
+
+    def exists(self) -> bool:
+        """Whether the file is there (nothing was ever staged otherwise: nothing to read)."""
+        return self._held is not None or os.path.exists(self.path)
+
+    def hold(self, timeout: float) -> AbstractContextManager[None]:
+        """The intake's writers' lock (every write to the intake, and every write to the
+        inbox that reads the intake, holds it: see the module's docstring)."""
+        return self._lock.hold(timeout)
+
+    def _connections(self) -> HeldConnections:
+        """This process's connections (the file and its tables made if need be)."""
+        if self._held is not None and self._pid == os.getpid():
+            return self._held
+        if self._pid != os.getpid():  # a forked child: the parent's lock may be held
+            self._guard = threading.Lock()
+        with self._guard:
+            if self._held is None or self._pid != os.getpid():
+                engine = make_engine(
+                    f"sqlite:///{self.path}", sqlite_busy_timeout=self.busy_timeout
+                )
+                held = HeldConnections(engine)
+                # A deferred BEGIN: an intake made before is only read, without the lock; two
+                # processes making it at once: the one that read first makes it again.
+                try:
+                    held.transaction(_create)
+                except DBAPIError:
+                    held.transaction(_create, immediate=True)
+                self._engine, self._held, self._pid = engine, held, os.getpid()
+        assert self._held is not None
+        return self._held
+
+    # -- writes (the caller holds :meth:`hold`) ------------------------------------------------
+
+    def transaction(self, work: Callable[[Any], T]) -> T:
+        """``work(connection)`` in one intake transaction (``BEGIN IMMEDIATE``)."""
+        return self._connections().transaction(
+            work, busy_ms=int(self.busy_timeout * 1000), immediate=True
+        )
+
+    @staticmethod
+    def stage(
+        conn: Any, answer: str, bound: Sequence[Any], paths: Sequence[str], digests: Sequence[str]
+    ) -> bool:
+        """Keep a delivery (its inbox row as bound) on ``conn``, in the caller's transaction;
+        ``False`` if the same delivery (account, event id and body hash) is kept already."""
+        cursor = conn.execute(
+            _INSERT, (answer, *bound, json.dumps(list(paths)), json.dumps(list(digests)))
+        )
+        return bool(cursor.rowcount == 1)
+
+    @staticmethod
+    def first_stored(conn: Any, account: str, event_id: str) -> Stored | None:
+        """The body hash (and its key) of the first delivery of ``account``'s ``event_id``
+        kept here (``pk`` 0: it has no inbox id yet), read on ``conn``."""
+        row = conn.execute(_FIRST_STORED, (account, event_id)).fetchone()
+        return None if row is None else Stored(0, row[0], row[1])
+
+    def note(self, account: str, at: str) -> None:
+        """Keep ``at`` (:func:`receiver.storage.sql.sqlite.utc_text`) as ``account``'s first
+        delivery, unless an earlier one is kept."""
+        self.transaction(lambda conn: conn.execute(_NOTE, (account, at)))
+
+    def forget(self, staged: Collection[Staged], notes: Collection[tuple[str, str]]) -> None:
+        """Delete deliveries (and first-delivery notes) that are in the inbox now."""
+        if not staged and not notes:
+            return
+
+        def work(conn: Any) -> None:
+            ids = [s.id for s in staged]
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                conn.execute(
+                    f"DELETE FROM {TABLE} WHERE id IN ({', '.join('?' * len(chunk))})", chunk
+                )
+            for account, at in notes:
+                conn.execute(
+                    f"DELETE FROM {NOTES} WHERE account = ? AND first_at = ?", (account, at)
+                )
+
+        self.transaction(work)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def any(self) -> bool:
+        """Whether a delivery or a note waits here (a read: no lock)."""
+        if not self.exists():
+            return False
+        rows = self._connections().fetchall(_ANY, ())
+        return bool(rows and rows[0][0])
+
+    def pending(self, limit: int, keys: Collection[tuple[str, str]] = ()) -> list[Staged]:
+        """The ``limit`` first deliveries (in arrival order), and any of ``keys`` (account,
+        event id) besides; read without a transaction (the caller holds :meth:`hold`, so
+        nothing comes or goes meanwhile)."""
+        held = self._connections()
+        where = f"id IN (SELECT id FROM {TABLE} ORDER BY id LIMIT ?)"
+        params: list[Any] = [limit]
+        if keys:
+            pairs = sorted(keys)
+            where += f" OR (account, event_id) IN (VALUES {', '.join(['(?, ?)'] * len(pairs))})"
+            params += [part for pair in pairs for part in pair]
+        return [_staged(r) for r in held.fetchall(f"{_SELECT} WHERE {where} ORDER BY id", params)]
+
+    def notes(self) -> list[tuple[str, str]]:
+        """The first-delivery notes waiting: (account, time as text)."""
+        return [
+            (str(r[0]), str(r[1]))
+            for r in self._connections().fetchall(
+                f"SELECT account, first_at FROM {NOTES} ORDER BY account", ()
+            )
+        ]
+
+    def close(self) -> None:
+        """Close this process's connections (they are opened again when next needed)."""
+        with self._guard:
+            engine, self._engine, self._held = self._engine, None, None
+        if engine is not None:
+            engine.dispose()
+
+
+def _create(conn: Any) -> None:
+    tables = {
+        str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    if {TABLE, NOTES} <= tables and _missing(conn) == []:
+        return  # made before: nothing to write
+    for statement in _CREATE:
+        conn.execute(statement)
+    # A newer hookledger may keep more inbox columns: add them to an intake made before.
+    for name in _missing(conn):
+        kind = EVENT_COLUMNS[name]
+        conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {name} {_AFFINITY.get(kind, 'TEXT')}")
+
+
+def _missing(conn: Any) -> list[str]:
+    """The inbox columns the intake's table lacks."""
+    have = {str(r[1]) for r in conn.execute(f"PRAGMA table_info({TABLE})").fetchall()}
+    return [name for name in EVENT_COLUMNS if name not in have]
+
+
+# -- where an engine's intake is --------------------------------------------------------------
+
+#: The intake of each engine a :class:`receiver.store.Store` was made on (``None``: none).
+_PATHS: weakref.WeakKeyDictionary[Engine, str | None] = weakref.WeakKeyDictionary()
+
+
+def resolve(engine: Engine, setting: str | None = None) -> str | None:
+    """The intake of ``engine``'s database: ``setting`` (``HOOKLEDGER_SQLITE_INTAKE_PATH``) if
+    given, ``<database>-intake`` otherwise, ``None`` with ``off``, on PostgreSQL, and for a
+    SQLite database in memory or opened by URI."""
+    if engine.dialect.name != "sqlite":
+        return None
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    text = (setting or "").strip()
+    if text.lower() == OFF:
+        return None
+    return text or database + INTAKE_SUFFIX
+
+
+def register(engine: Engine, path: str | None) -> None:
+    """Remember ``engine``'s intake (for :func:`figures_of`)."""
+    _PATHS[engine] = path
+
+
+def path_of(engine: Engine) -> str | None:
+    """``engine``'s intake: as a store registered it, else the default (:func:`resolve`)."""
+    try:
+        return _PATHS[engine]
+    except KeyError:
+        return resolve(engine)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """An account's deliveries in the intake: how many, and the first one's receipt."""
+
+    count: int
+    oldest: datetime
+
+
+def figures_of(engine: Engine) -> dict[str, Waiting]:
+    """The deliveries waiting in ``engine``'s intake, per account (none without one). A read
+    on a connection of its own (no lock): for status, stats, metrics and the console."""
+    path = path_of(engine)
+    if path is None or not os.path.exists(path):
+        return {}
+    try:
+        conn = sqlite3.connect(path, timeout=5.0)
+        try:
+            rows = conn.execute(_FIGURES).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        if "no such table" not in str(exc):  # (made a moment ago, its tables not yet)
+            log.warning(
+                "the intake %s could not be read: %s",
+                path,
+                type(exc).__name__,
+                extra={"action": "intake_unreadable"},
+            )
+        return {}
+    return {str(r[0]): Waiting(int(r[1]), _time(r[2])) for r in rows}
+
+
+def _time(text: Any) -> datetime:
+    value = datetime.fromisoformat(str(text))
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -1,0 +1,336 @@
+"""SQLite's intake (issue 29, item 1): while another process holds the database's write lock
+for long (a worker whose handler runs inside its transaction), a webhook is stored in the
+intake and answered, judged exactly as in the inbox; the move brings it into the inbox as the
+receive path would have written it, and a move interrupted between its two commits neither
+loses nor doubles anything."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+
+import receiver.storage.database as db
+from receiver import WebhookReceiver
+from receiver.core.events import parse_event
+from receiver.storage.filelock import HeldTooLong, WritersLock
+from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
+from receiver.storage.intake import Intake, figures_of
+from receiver.storage.order_refs import matching_events
+from receiver.storage.sql.tables import EVENT
+from receiver.store import Store
+from receiver.testing import signed_headers
+from receiver.testing.factories import build_event, encode
+from receiver.worker.heartbeat import check
+from tests.conftest import SECRETS, backend
+
+pytestmark = [
+    pytest.mark.storage,
+    pytest.mark.skipif(backend() != "sqlite", reason="SQLite's intake (PostgreSQL has none)"),
+]
+
+
+class Holder(threading.Thread):
+    """Holds the database's writers' lock on a file of its own, as another process does
+    (``flock`` excludes another open file of the same process just as it does another
+    process's), for at most ``seconds``."""
+
+    def __init__(self, path: str, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.path, self.seconds = path, seconds
+        self.ready, self.release = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        with WritersLock(self.path).hold(timeout=10):
+            self.ready.set()
+            self.release.wait(self.seconds)
+
+
+@contextmanager
+def another_process_holds_the_lock(database: Path, seconds: float = 30.0) -> Iterator[Holder]:
+    """Another writer (a worker running a slow handler, say) holds the database's writers'
+    lock for the block (at most ``seconds``)."""
+    holder = Holder(str(database) + WRITERS_LOCK_SUFFIX, seconds)
+    holder.start()
+    try:
+        assert holder.ready.wait(30)
+        yield holder
+    finally:
+        holder.release.set()
+        holder.join(30)
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Path:
+    path = tmp_path / "shop.sqlite3"
+    engine = db.make_engine(f"sqlite:///{path}")
+    db.upgrade(engine)
+    engine.dispose()
+    return path
+
+
+@pytest.fixture
+def store(database: Path) -> Iterator[Store]:
+    # A write would wait up to 60 s for the lock: only the intake answers in time.
+    engine = db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=60)
+    made = Store(engine, write_wait=60)
+    yield made
+    engine.dispose()
+
+
+def receive(store: Store, body: bytes) -> Any:
+    return store.inbox.insert(parse_event(body), body, may_stage=True)
+
+
+def rows(store: Store, sql: str) -> list[tuple[Any, ...]]:
+    with store.engine.connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(sql).all()]
+
+
+def intake_rows(database: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(f"{database}-intake")
+    try:
+        return [
+            (r[0], r[1]) for r in conn.execute("SELECT event_id, answer FROM hookledger_intake")
+        ]
+    finally:
+        conn.close()
+
+
+def test_webhooks_wait_in_the_intake_while_another_process_holds_the_lock(
+    store: Store, database: Path
+) -> None:
+    first = encode(
+        build_event("payment_succeeded", event_id="evt_i_1", metadata={"order_id": "o-1"})
+    )
+    second = encode(build_event("refund_succeeded", event_id="evt_i_2"))
+    with another_process_holds_the_lock(database):
+        a, b = receive(store, first), receive(store, second)
+        # Stored (durably, in the intake) and answered while the lock is still held.
+        assert (a.result, a.staged, b.result, b.staged) == ("inserted", True, "inserted", True)
+        assert rows(store, "SELECT count(*) FROM hookledger_event") == [(0,)]
+        assert intake_rows(database) == [("evt_i_1", "inserted"), ("evt_i_2", "inserted")]
+        # Counted as open events, pending, as old as they are.
+        status = check(store.engine, require_worker=False)
+        assert status.intake == 2 and status.open_events["pending"] == 2
+        assert status.oldest_open_age_seconds is not None
+        counts, age = store.operations.stats()
+        assert counts["pending"] == 2 and age is not None
+    assert store.inbox.move_intake() == 2
+    found = rows(
+        store, "SELECT event_id, status, source, received_at FROM hookledger_event ORDER BY id"
+    )
+    assert [(r[0], r[1], r[2]) for r in found] == [
+        ("evt_i_1", "pending", "webhook"),
+        ("evt_i_2", "pending", "webhook"),
+    ]
+    # As the receive path writes it: the order index row with it, the receipt time kept.
+    with store.engine.connect() as conn:
+        found_by_order = conn.execute(
+            sa.select(EVENT.c.event_id).where(EVENT.c.id.in_(matching_events(store.keyring, "o-1")))
+        ).all()
+    assert [r[0] for r in found_by_order] == ["evt_i_1"]
+    assert intake_rows(database) == []
+    assert figures_of(store.engine) == {}
+    assert check(store.engine, require_worker=False).intake == 0
+
+
+def test_a_webhook_is_judged_against_the_inbox_and_the_intake(store: Store, database: Path) -> None:
+    stored = encode(build_event("payment_succeeded", event_id="evt_j_old"))
+    assert receive(store, stored).staged is False  # the lock is free: into the inbox
+    other = encode(build_event("payment_failed", event_id="evt_j_old"))
+    new = encode(build_event("payment_succeeded", event_id="evt_j_new"))
+    new_other = encode(build_event("payment_failed", event_id="evt_j_new"))
+    with another_process_holds_the_lock(database):
+        answers = [
+            (r.result, r.staged)
+            for r in (
+                receive(store, stored),  # in the inbox, same body
+                receive(store, other),  # in the inbox, another body
+                receive(store, other),  # that conflict again
+                receive(store, new),  # new: into the intake
+                receive(store, new),  # in the intake, same body
+                receive(store, new_other),  # in the intake, another body
+            )
+        ]
+    assert answers == [
+        ("duplicate", False),
+        ("conflict", True),
+        ("conflict", True),
+        ("inserted", True),
+        ("duplicate", False),
+        ("conflict", True),
+    ]
+    assert store.inbox.move_intake() == 3
+    assert rows(store, "SELECT event_id, event_type FROM hookledger_event ORDER BY id") == [
+        ("evt_j_old", "payment_succeeded"),
+        ("evt_j_new", "payment_succeeded"),
+    ]
+    assert sorted(rows(store, "SELECT event_id FROM hookledger_event_conflict")) == [
+        ("evt_j_new",),
+        ("evt_j_old",),
+    ]
+
+
+def test_a_move_cut_between_its_two_commits_is_finished_by_the_next(
+    store: Store, database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bodies = [encode(build_event("payment_succeeded", event_id=f"evt_c_{i}")) for i in range(5)]
+    conflicting = encode(build_event("payment_failed", event_id="evt_c_0"))
+    with another_process_holds_the_lock(database):
+        for body in [*bodies, conflicting]:
+            assert receive(store, body).staged
+    # The inbox commits, then the process dies before the intake's delete.
+    monkeypatch.setattr(Intake, "forget", lambda *_args: None)
+    assert store.inbox.move_intake() == 6
+    assert len(intake_rows(database)) == 6
+    monkeypatch.undo()
+    # The next move finds them all in the inbox: nothing doubled, the intake emptied.
+    assert store.inbox.move_intake() == 6
+    assert intake_rows(database) == []
+    assert rows(store, "SELECT count(*), count(DISTINCT event_id) FROM hookledger_event") == [
+        (5, 5)
+    ]
+    assert rows(store, "SELECT count(*) FROM hookledger_event_conflict") == [(1,)]
+    refs = rows(store, "SELECT count(*), count(DISTINCT event_pk) FROM hookledger_order_ref")
+    assert refs == [(5, 5)]  # each event's order reference, once
+
+
+def test_the_first_delivery_waits_in_the_intake_and_is_moved_with_the_deliveries(
+    store: Store, database: Path
+) -> None:
+    early = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    with another_process_holds_the_lock(database):
+        store.operations.note_delivery(early + timedelta(seconds=5))
+        # Another web process of the host noted an earlier one meanwhile (the intake keeps
+        # the earliest).
+        other = Store(db.make_engine(f"sqlite:///{database}"), write_wait=60)
+        other.operations.note_delivery(early)
+        receive(store, encode(build_event("payment_succeeded", event_id="evt_f_1")))
+        assert rows(store, "SELECT count(*) FROM hookledger_cutover") == [(0,)]
+        other.engine.dispose()
+    assert store.inbox.move_intake() == 1
+    found = rows(store, "SELECT name, mode, cutover_at FROM hookledger_cutover")
+    assert found == [("first_delivery", "delivery", "2026-01-02 03:04:05.000000")]
+
+
+def test_the_next_webhook_that_gets_the_lock_moves_what_waited(
+    store: Store, database: Path
+) -> None:
+    with another_process_holds_the_lock(database):
+        assert receive(store, encode(build_event("payment_succeeded", event_id="evt_n_1"))).staged
+    later = receive(store, encode(build_event("payment_succeeded", event_id="evt_n_2")))
+    assert (later.result, later.staged) == ("inserted", False)
+    assert rows(store, "SELECT event_id FROM hookledger_event ORDER BY id") == [
+        ("evt_n_1",),
+        ("evt_n_2",),
+    ]
+    assert intake_rows(database) == []
+
+
+def test_without_an_intake_a_webhook_waits_for_the_lock(database: Path) -> None:
+    engine = db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=60)
+    store = Store(engine, write_wait=60, intake="off")
+    assert store.inbox.intake is None
+    with another_process_holds_the_lock(database, seconds=1.0):
+        outcome = receive(store, encode(build_event("payment_succeeded", event_id="evt_w_1")))
+    assert (outcome.result, outcome.staged) == ("inserted", False)
+    assert not Path(f"{database}-intake").exists()
+    engine.dispose()
+
+
+def test_the_receive_endpoint_answers_and_the_worker_moves_then_dispatches(
+    database: Path,
+) -> None:
+    app = Flask("intake")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+        HOOKLEDGER_SQLITE_BUSY_TIMEOUT=60,
+    )
+    hooks = WebhookReceiver()
+    seen: list[str] = []
+
+    @hooks.on("payment_succeeded")
+    def handler(event: Any) -> None:
+        seen.append(event.event_id)
+
+    hooks.init_app(app)
+    body = encode(build_event("payment_succeeded", event_id="evt_w_http"))
+    with another_process_holds_the_lock(database) as holder:
+        # The first delivery of this process (its go-live note) and the delivery itself.
+        response = app.test_client().post(
+            "/webhooks/", data=body, headers=signed_headers(body, SECRETS["primary"])
+        )
+        assert holder.is_alive()  # answered while the lock was held, not after
+        assert response.status_code == 200
+        assert response.get_json() == {"status": "inserted", "event_id": "evt_w_http"}
+    assert hooks.drain(app) == 1
+    assert seen == ["evt_w_http"]
+    WebhookReceiver.state(app).store.engine.dispose()
+
+
+def test_a_waiter_with_patience_gives_up_on_a_long_holder_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    with another_process_holds_the_lock(path):
+        started = time.monotonic()
+        with pytest.raises(HeldTooLong):
+            with WritersLock(str(path) + WRITERS_LOCK_SUFFIX).hold(60, patience=0.05):
+                pytest.fail("entered while another process held the lock")
+        # Not after the holder let go (it holds it for 30 s at most).
+        assert time.monotonic() - started < 25
+
+
+def test_the_intake_is_beside_the_database_or_where_configured(tmp_path: Path) -> None:
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'a.sqlite3'}")
+    beside, elsewhere = Store(engine).inbox.intake, Store(engine, intake=str(tmp_path / "x"))
+    assert beside is not None and beside.path == f"{tmp_path / 'a.sqlite3'}-intake"
+    assert elsewhere.inbox.intake is not None and elsewhere.inbox.intake.path == str(tmp_path / "x")
+    engine.dispose()
+    memory = db.make_engine("sqlite://")
+    assert Store(memory).inbox.intake is None
+    memory.dispose()
+
+
+def test_an_intake_held_past_the_busy_timeout_refuses_the_webhook_as_busy(
+    database: Path,
+) -> None:
+    app = Flask("busy-intake")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+        HOOKLEDGER_SQLITE_BUSY_TIMEOUT=0.3,
+    )
+    WebhookReceiver(app)
+    http = app.test_client()
+    first = encode(build_event("payment_succeeded", event_id="evt_b_1"))
+    with another_process_holds_the_lock(database):
+        # The intake made, then held by a process stopped in the middle of writing it.
+        assert (
+            http.post(
+                "/webhooks/", data=first, headers=signed_headers(first, SECRETS["primary"])
+            ).status_code
+            == 200
+        )
+        blocker = sqlite3.connect(f"{database}-intake", isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            body = encode(build_event("payment_succeeded", event_id="evt_b_2"))
+            refused = http.post(
+                "/webhooks/", data=body, headers=signed_headers(body, SECRETS["primary"])
+            )
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+    assert refused.status_code == 503
+    assert refused.get_json()["error"]["code"] == "HL_09"
+    WebhookReceiver.state(app).store.engine.dispose()
