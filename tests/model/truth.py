@@ -391,21 +391,16 @@ def deliver_everything(w: World) -> None:
 
 
 def everything_in_step(w: World) -> None:
-    """Every object equals the processor, except a mandate hookledger never saw, on an
-    account without the events API: mandates have no list, so neither adoption nor a run
-    can find one ("What each path catches, and what nothing can")."""
+    """Every object equals the processor, except where the README says no path can catch
+    a lost webhook (:func:`out_of_reach`)."""
     projected = w.projections()
     wrong = []
     for thing in w.things():
         remote = w.truth(thing)
         if not announced(thing.kind, remote):
             continue
-        account = w.accounts[thing.account]
-        key = (thing.account, thing.kind, thing.object_id)
-        if thing.kind == "mandate" and key not in projected:
-            last = w.moves[key][-1][1]
-            if not account.events_api or (account.deployed_at and last < account.deployed_at):
-                continue  # never seen by hookledger, nor undelivered: no path can find it
+        if out_of_reach(w, thing, projected):
+            continue
         local = projected.get((thing.account, thing.kind, thing.object_id))
         if local != remote:
             wrong.append(f"{thing.account} {thing.kind}:{thing.object_id} {local} != {remote}")
@@ -434,7 +429,7 @@ def nothing_lost(w: World) -> None:
         key = (thing.account, thing.kind, thing.object_id, state or "")
         if counts.get(key, 0) == 1:
             continue
-        if _not_covered(w, account, thing, when):
+        if _not_covered(w, account, thing, when) or out_of_reach(w, thing, w.projections()):
             continue
         lost.append(story(w, key))
     if lost:
@@ -443,17 +438,31 @@ def nothing_lost(w: World) -> None:
         )
 
 
+def out_of_reach(w: World, thing: Thing, projected: dict[tuple[str, str, str], str]) -> bool:
+    """What no path catches when its webhook is lost, as the README's table says ("What
+    each path catches, and what nothing can"): a mandate hookledger never saw (mandates
+    have no list; the events API finds it if it was sent after the deploy), and, without
+    the events API, a void after capture near or past 14 days after the payment's creation
+    (the sweep's reach for a captured payment)."""
+    account = w.accounts[thing.account]
+    key = (thing.account, thing.kind, thing.object_id)
+    moves = w.moves[key]
+    if thing.kind == "mandate" and key not in projected:
+        deployed = account.deployed_at
+        return not account.events_api or (deployed is not None and moves[-1][1] < deployed)
+    if thing.kind == "payment" and not account.events_api:
+        state, when = moves[-1]
+        # Its checks are spaced by age, at most a day apart: one may come after day 14.
+        return state == "cancelled_post_capture" and when - moves[0][1] > timedelta(days=13)
+    return False
+
+
 def _not_covered(w: World, account: Account, thing: Thing, when: datetime) -> bool:
-    """What the README says nothing dispatches when its webhook is lost: without the events
-    API, a dispute, payout or mandate created before the history ended that changed before
-    adoption read it, and a mandate hookledger never saw (mandates have no list)."""
+    """What the README says nothing dispatches when its webhook is lost ("Going live",
+    "Not covered"): without the events API, a dispute, payout or mandate created before the
+    history ended that changed before adoption read it."""
     if account.events_api or thing.kind not in ("dispute", "payout", "mandate"):
         return False
-    if (
-        thing.kind == "mandate"
-        and (thing.account, "mandate", thing.object_id) not in w.projections()
-    ):
-        return True
     ends = w.history_end(account)
     if ends is None:
         return False
