@@ -95,8 +95,9 @@ _DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Inserted:
     """What :meth:`Inbox.insert` did with a delivery. ``staged``: it was stored in the intake
-    (:mod:`receiver.storage.intake`) and enters the inbox with the next move; its ``pk`` is
-    then 0 (or, for a conflict, the stored row's, if that is in the inbox already)."""
+    (:mod:`receiver.storage.intake`) and enters the inbox with the next move. ``pk``: the
+    inbox row's id (of the delivery, or of the stored row it duplicates or conflicts with);
+    0 while that row is still in the intake."""
 
     result: InsertResult
     pk: int

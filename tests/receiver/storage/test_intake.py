@@ -6,6 +6,7 @@ loses nor doubles anything."""
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import threading
 import time
@@ -334,3 +335,35 @@ def test_an_intake_held_past_the_busy_timeout_refuses_the_webhook_as_busy(
     assert refused.status_code == 503
     assert refused.get_json()["error"]["code"] == "HL_09"
     WebhookReceiver.state(app).store.engine.dispose()
+
+
+def test_rotate_keys_moves_the_intake_in_first_and_seals_it_again(database: Path) -> None:
+    k1, k2 = base64.b64encode(b"1" * 32).decode(), base64.b64encode(b"2" * 32).decode()
+
+    def app_with(keys: str) -> Flask:
+        app = Flask("rotate")
+        app.config.update(
+            HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
+            HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+            HOOKLEDGER_DATA_KEYS=keys,
+        )
+        WebhookReceiver(app)
+        return app
+
+    old = app_with(f"k1:{k1}")
+    body = encode(build_event("payment_succeeded", event_id="evt_r_1"))
+    with another_process_holds_the_lock(database):
+        posted = old.test_client().post(
+            "/webhooks/", data=body, headers=signed_headers(body, SECRETS["primary"])
+        )
+        assert posted.status_code == 200
+    assert intake_rows(database) == [("evt_r_1", "inserted")]
+    new = app_with(f"k2:{k2},k1:{k1}")
+    result = new.test_cli_runner().invoke(args=["hookledger", "rotate-keys", "--json"])
+    assert result.exit_code == 0, result.output
+    assert intake_rows(database) == []
+    with WebhookReceiver.state(new).store.engine.connect() as conn:
+        keys = conn.exec_driver_sql("SELECT event_id, key_id FROM hookledger_event").all()
+    assert [tuple(k) for k in keys] == [("evt_r_1", "k2")]
+    for app in (old, new):
+        WebhookReceiver.state(app).store.engine.dispose()
