@@ -31,8 +31,10 @@ from receiver.storage.sql.tables import EVENT
 from receiver.store import Store
 from receiver.testing import signed_headers
 from receiver.testing.factories import build_event, encode
+from receiver.web.metrics import Metrics
 from receiver.worker.heartbeat import check
 from tests.conftest import SECRETS, backend
+from tests.receiver.web.test_metrics import TOKEN, scrape, value
 
 pytestmark = [
     pytest.mark.storage,
@@ -266,15 +268,21 @@ def test_the_receive_endpoint_answers_and_the_worker_moves_then_dispatches(
         seen.append(event.event_id)
 
     hooks.init_app(app)
+    Metrics(app, token=TOKEN)
+    http = app.test_client()
     body = encode(build_event("payment_succeeded", event_id="evt_w_http"))
     with another_process_holds_the_lock(database) as holder:
         # The first delivery of this process (its go-live note) and the delivery itself.
-        response = app.test_client().post(
+        response = http.post(
             "/webhooks/", data=body, headers=signed_headers(body, SECRETS["primary"])
         )
         assert holder.is_alive()  # answered while the lock was held, not after
         assert response.status_code == 200
         assert response.get_json() == {"status": "inserted", "event_id": "evt_w_http"}
+        # The queue's metrics count it (reads: no lock needed).
+        found = scrape(http)
+        assert value(found, "hookledger_queue_depth", status="pending") == 1
+        assert value(found, "hookledger_oldest_open_event_age_seconds") >= 0
     assert hooks.drain(app) == 1
     assert seen == ["evt_w_http"]
     WebhookReceiver.state(app).store.engine.dispose()
