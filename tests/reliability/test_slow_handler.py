@@ -269,3 +269,66 @@ def test_a_worker_killed_between_the_moves_two_commits_loses_and_doubles_nothing
         assert check_exactly_once(migrated, runlog, 12) is None
     finally:
         procs.close()
+
+
+@sqlite_only
+def test_duplicates_racing_across_the_inbox_and_the_intake_are_answered_exactly(
+    database_url: str, migrated: sa.Engine, tmp_path: Path
+) -> None:
+    """While another writer takes the database's lock for 0.3 s, lets go for 0.05 s, again
+    and again, 4 clients deliver the same 20 events twice each, in different orders: some
+    deliveries go to the inbox, some to the intake. Each event is stored once and answered
+    ``inserted`` exactly once, every other delivery of it ``duplicate``."""
+    database = sa.make_url(database_url).database
+    assert database is not None
+    procs = Procs(tmp_path, database_url)
+    stop = threading.Event()
+
+    def toggle() -> None:
+        lock = WritersLock(database + WRITERS_LOCK_SUFFIX)
+        while not stop.is_set():
+            with lock.hold(timeout=30):
+                stop.wait(0.3)
+            time.sleep(0.05)
+
+    bodies = [encode(build_event("payment_succeeded")) for _ in range(20)]
+    answers: list[tuple[str, str]] = []
+    guard = threading.Lock()
+
+    def client(k: int, base: str) -> None:
+        order = bodies if k % 2 else bodies[::-1]
+        with requests.Session() as http:
+            for body in order * 2:
+                response = signed_post(http, base, body)
+                assert response.status_code == 200, response.text
+                got = response.json()
+                with guard:
+                    answers.append((got["event_id"], got["status"]))
+
+    try:
+        port = free_port()
+        procs.gunicorn(port, workers=2, threads=4, app=APP)
+        base = f"http://127.0.0.1:{port}/webhooks/"
+        wait_healthy(base, procs=procs)
+        toggler = threading.Thread(target=toggle)
+        toggler.start()
+        try:
+            clients = [threading.Thread(target=client, args=(k, base)) for k in range(4)]
+            for each in clients:
+                each.start()
+            for each in clients:
+                each.join()
+        finally:
+            stop.set()
+            toggler.join(30)
+        assert len(answers) == 4 * 2 * 20, procs.tail()
+        assert Path(database + "-intake").exists()  # some went there (made when first needed)
+        inserted = [event_id for event_id, status in answers if status == "inserted"]
+        assert sorted(inserted) == sorted({event_id for event_id, _ in answers})
+        assert {status for _, status in answers} == {"inserted", "duplicate"}
+        procs.worker("--poll-interval", "0.1", app=APP)
+        wait_until(lambda: _settled(migrated, 20), timeout=120, message="all 20 dispatched")
+        assert _inbox_count(migrated) == 20
+        wait_until(lambda: _intake_count(database) == 0, timeout=30, message="intake emptied")
+    finally:
+        procs.close()
