@@ -107,6 +107,21 @@ class Context:
             fail(f"account {self.account!r} is inactive (hookledger accounts activate)")
         return self._stored
 
+    def is_known(self) -> bool:
+        """Whether the account is the default one, an entry of ``HOOKLEDGER_ACCOUNTS`` or a
+        row of hookledger's account table, active or not (its past runs stay readable)."""
+        if self.account == DEFAULT_ACCOUNT:
+            return True
+        try:
+            accounts = parse_accounts(os.environ.get("HOOKLEDGER_ACCOUNTS"))
+        except ConfigurationError as exc:
+            fail(exc.message)
+        if any(account.id == self.account for account in accounts):
+            return True
+        if self._stored is None:
+            self._stored = self._stored_account(self.account)
+        return self._stored is not None
+
     def _stored_account(self, account_id: str) -> Account | None:
         """An account of hookledger's own table (its secrets and keys opened with
         HOOKLEDGER_DATA_KEYS); a database or key failure is one line and its exit code."""

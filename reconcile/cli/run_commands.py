@@ -220,6 +220,18 @@ def _run_all(obj: Context, options: Any, as_json: bool) -> None:
 def report_cmd(obj: Context, limit: int, as_json: bool) -> None:
     obj.check_schema()
     runs = ReconcileStore(obj.inbox().engine, account=obj.account).runs(limit)
+    if not runs:
+        if not obj.is_known():
+            fail(
+                f"unknown account {obj.account!r}: it is neither in HOOKLEDGER_ACCOUNTS nor "
+                "stored (hookledger accounts list)"
+            )
+        # Nothing printed would read as "nothing to report"; say that no run ever finished.
+        click.echo(
+            f"reconcile: no run is recorded for account {obj.account!r} yet "
+            f"(reconcile --account {obj.account} run)",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps([json.loads(r.report) for r in runs], indent=2))
         return

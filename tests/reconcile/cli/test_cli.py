@@ -408,3 +408,22 @@ def test_a_sellers_recovered_events_name_the_sellers_merchant(database_url: str)
         ("seller", "payment", "merchant_seller", "merchant_seller"),
         ("seller", "refund", "merchant_seller", "merchant_seller"),
     }
+
+
+def test_report_says_when_no_run_is_recorded(database_url: str) -> None:
+    """A review's finding: ``reconcile --account X report`` printed nothing for an account
+    with no run, which reads as "nothing to report"; an unknown account was not named."""
+    _run(database_url, None, "db", "upgrade")
+    env = {
+        "HOOKLEDGER_ACCOUNTS": json.dumps(
+            {"eu": {"merchant_id": "m_eu", "secrets": "k:c", "api_key": "snd_eu_key_0001"}}
+        )
+    }
+    empty = _run(database_url, None, "--account", "eu", "report", env=env)
+    assert empty.returncode == 0, empty.stderr
+    assert "no run is recorded for account 'eu' yet" in empty.stderr
+    as_json = _run(database_url, None, "--account", "eu", "report", "--json", env=env)
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
+    unknown = _run(database_url, None, "--account", "nope", "report", env=env)
+    assert unknown.returncode == 2
+    assert "unknown account 'nope'" in unknown.stderr
