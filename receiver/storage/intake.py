@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import URL, Engine
 from sqlalchemy.exc import DBAPIError
 
 from receiver.storage.database import make_engine
@@ -174,9 +174,7 @@ class Intake:
             self._guard = threading.Lock()
         with self._guard:
             if self._held is None or self._pid != os.getpid():
-                engine = make_engine(
-                    f"sqlite:///{self.path}", sqlite_busy_timeout=self.busy_timeout
-                )
+                engine = make_engine(file_url(self.path), sqlite_busy_timeout=self.busy_timeout)
                 held = HeldConnections(engine)
                 # A deferred BEGIN: an intake made before is only read, without the lock; two
                 # processes making it at once: the one that read first makes it again.
@@ -275,6 +273,12 @@ class Intake:
             engine, self._engine, self._held = self._engine, None, None
         if engine is not None:
             engine.dispose()
+
+
+def file_url(path: str) -> str:
+    """The SQLAlchemy URL of the SQLite file at ``path``, whatever its characters (a ``?``,
+    ``#`` or ``%`` in a directory's name is a path's, not a URL's query or escape)."""
+    return URL.create("sqlite", database=path).render_as_string(hide_password=False)
 
 
 def _create(conn: Any) -> None:

@@ -375,3 +375,29 @@ def test_rotate_keys_moves_the_intake_in_first_and_seals_it_again(database: Path
     assert [tuple(k) for k in keys] == [("evt_r_1", "k2")]
     for app in (old, new):
         WebhookReceiver.state(app).store.engine.dispose()
+
+
+@pytest.mark.parametrize("folder", ["what?now", "shop#1", "100%25", "a b"])
+def test_the_intake_is_beside_a_database_whose_path_has_a_urls_characters(
+    tmp_path: Path, folder: str
+) -> None:
+    # The intake was opened at f"sqlite:///{path}": a "?" or "#" in the path cut it short
+    # (the webhooks went to another file, beside the folder, shared by every database
+    # whose folder starts alike, and invisible to `hookledger status`), a "%25" was decoded.
+    path = tmp_path / folder / "shop.sqlite3"
+    path.parent.mkdir()
+    url = sa.URL.create("sqlite", database=str(path)).render_as_string(hide_password=False)
+    made = db.make_engine(url)
+    db.upgrade(made)
+    made.dispose()
+    engine = db.make_engine(url, sqlite_busy_timeout=60)
+    store = Store(engine, write_wait=60)
+    body = encode(build_event("payment_succeeded", event_id="evt_odd_path"))
+    with another_process_holds_the_lock(path):
+        assert receive(store, body).staged
+    assert intake_rows(path) == [("evt_odd_path", "inserted")]
+    assert figures_of(engine)["default"].count == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder]  # nothing beside the folder
+    store.inbox.move_intake()
+    assert rows(store, "SELECT event_id FROM hookledger_event") == [("evt_odd_path",)]
+    engine.dispose()
