@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -55,7 +56,7 @@ from receiver.storage.sql.sqlite import (
     stored_of,
     utc_text,
 )
-from receiver.storage.sql.tables import CONFLICT, DIGESTS, EVENT, PATHS
+from receiver.storage.sql.tables import CONFLICT, DIGESTS, EVENT, EVENT_COLUMNS, PATHS
 from receiver.storage.tables import EventStatus, Source
 
 log = logging.getLogger("receiver.store")
@@ -418,18 +419,47 @@ class Inbox:
         lock); with an intake, what waits there is moved in the same transaction, first (see
         :mod:`receiver.storage.intake`), with ``notes`` (first deliveries: account, time).
         ``busy``: wait that long for SQLite's lock, then raise :class:`_Busy`."""
+        return self._transaction(rows, busy=busy, notes=notes)[0]
+
+    def _transaction(
+        self,
+        rows: list[dict[str, Any]],
+        *,
+        busy: float | None = None,
+        notes: Sequence[tuple[str, str]] = (),
+        limit: int = MOVE_BATCH,
+    ) -> tuple[list[Inserted], int]:
+        """:meth:`_insert_transaction`, and how many deliveries it moved from the intake (at
+        most ``limit``, besides those of ``rows``' event ids).
+
+        With an intake, the database's write lock is taken first (``BEGIN IMMEDIATE``) and
+        the intake's lock only then, held from the read of the intake to the commit and the
+        delete: the intake's lock is never held while waiting for the database's, so a
+        webhook that goes to the intake never waits behind a writer that waits for a long
+        holder of the database's lock (an operator's command, the shop's own writes, a
+        script). It is taken even before the intake file exists: a webhook staged by
+        another process meanwhile (making the file) is judged after this commit."""
         intake = self.intake
-        if intake is None or not intake.exists():
-            return self._write(rows, (), notes, busy)
+        if intake is None:
+            return self._write(rows, None, notes, busy), 0
+        keys = {(values["account"], values["event_id"]) for values in rows}
+        taken: list[tuple[list[Staged], list[tuple[str, str]]]] = []
         try:
-            with intake.hold(self._write_wait):
-                staged = intake.pending(
-                    MOVE_BATCH, {(values["account"], values["event_id"]) for values in rows}
-                )
-                waiting = intake.notes()
-                written = self._write(rows, staged, [*waiting, *notes], busy)
-                self._forget(staged, waiting)
-                return written
+            with ExitStack() as held:
+
+                def take() -> tuple[Sequence[Staged], list[tuple[str, str]]]:
+                    # (Inside the database's transaction, its write lock held.)
+                    held.enter_context(intake.hold(self._write_wait))
+                    if not intake.exists():
+                        return (), list(notes)
+                    staged, waiting = intake.pending(limit, keys), intake.notes()
+                    taken.append((staged, waiting))
+                    return staged, [*waiting, *notes]
+
+                written = self._write(rows, take, notes, busy)
+                if taken:
+                    self._forget(*taken[0])
+                return written, len(taken[0][0]) if taken else 0
         except TimeoutError as exc:  # another writer kept the intake's lock: busy
             raise StorageBusy() from exc
         except OSError as exc:  # the intake's lock file cannot be opened
@@ -442,38 +472,40 @@ class Inbox:
     def _write(
         self,
         rows: list[dict[str, Any]],
-        staged: Sequence[Staged],
+        take: Callable[[], tuple[Sequence[Staged], list[tuple[str, str]]]] | None,
         notes: Sequence[tuple[str, str]],
         busy: float | None,
     ) -> list[Inserted]:
-        """The database's transaction of :meth:`_insert_transaction`."""
-        move = bool(staged or notes)
+        """The database's transaction of :meth:`_transaction`: ``take()``, called once the
+        database's write lock is held, gives what to move from the intake (and the notes)."""
 
         def on_driver(conn: Any) -> list[Inserted]:
-            if move:
-                self._move_on(conn, staged, notes)
+            staged, moved_notes = take() if take is not None else ((), list(notes))
+            if staged or moved_notes:
+                self._move_on(conn, staged, moved_notes)
             return [self._insert_one_on_driver(conn, values) for values in rows]
 
         # With an intake each transaction says how long to wait for SQLite's lock (the held
-        # connection keeps the last one said).
+        # connection keeps the last one said), and takes it at BEGIN, before the intake's.
         wait = busy if busy is not None else self._write_wait
         try:
             if self._held is not None:
                 return self._held.transaction(
-                    on_driver, busy_ms=int(wait * 1000) if self.intake is not None else None
+                    on_driver,
+                    busy_ms=int(wait * 1000) if self.intake is not None else None,
+                    immediate=self.intake is not None,
                 )
-        except _Conflicting:
-            pass  # (rare) written again below, through SQLAlchemy, which keeps the conflict
         except DBAPIError as exc:
             if busy is not None and is_transient_conflict(exc):
                 raise _Busy() from exc
             if not is_unavailable(exc):
                 raise
             raise unavailable(exc) from exc
+        assert take is None  # (an intake is only ever beside a file, whose writes are held)
         try:
             with self.storage.deferred.begin() as conn:
-                if move:
-                    self._move_on(conn.connection.driver_connection, staged, notes)
+                if notes:
+                    self._move_on(conn.connection.driver_connection, (), notes)
                 return [self._insert_one(conn, values) for values in rows]
         except DBAPIError as exc:
             if not is_unavailable(exc):
@@ -599,22 +631,19 @@ class Inbox:
         """Move the deliveries waiting in the intake into the inbox, in transactions of up to
         :data:`receiver.storage.intake.MOVE_BATCH` (the worker, before each claim; the
         commands that need every delivery in the inbox). Returns how many were moved.
-        Raises ``TimeoutError`` when the database's lock stayed taken, and
-        :class:`StorageUnavailable` when the database cannot be reached."""
+        Raises ``TimeoutError`` when the database's writers' lock stayed taken, and
+        :class:`StorageUnavailable` when the database cannot be reached, its lock stayed
+        taken (:class:`StorageBusy`) or the intake's did."""
         intake = self.intake
         if intake is None or not intake.any():
             return 0
         assert self._writers is not None
         moved = 0
         while True:
-            with self._writers.hold(self._write_wait), intake.hold(self._write_wait):
-                staged = intake.pending(MOVE_BATCH)
-                waiting = intake.notes()
-                if staged or waiting:
-                    self._write([], staged, waiting, None)
-                    self._forget(staged, waiting)
-            moved += len(staged)
-            if len(staged) < MOVE_BATCH:
+            with self._writers.hold(self._write_wait):
+                count = self._transaction([])[1]
+            moved += count
+            if count < MOVE_BATCH:
                 return moved
 
     def note_first_delivery(self, at: datetime, *, account: str = DEFAULT_ACCOUNT) -> None:
@@ -719,9 +748,9 @@ class Inbox:
         return [o if o is not None else RuntimeError("delivery not written") for o in outcomes]
 
     def _insert_one_on_driver(self, conn: Any, values: dict[str, Any]) -> Inserted:
-        """SQLite: :meth:`_insert_one` on this thread's held sqlite3 connection; a conflict
-        raises :class:`_Conflicting` (the transaction is rolled back and written the slow
-        way)."""
+        """SQLite: :meth:`_insert_one` on this thread's held sqlite3 connection (a conflict
+        kept in the same transaction: never a second one, which would wait for the database's
+        lock again)."""
         sql = self._sql
         assert isinstance(sql, SQLiteStatements)
         pk = sql.insert_delivery_on_driver(conn, values)
@@ -733,7 +762,9 @@ class Inbox:
             raise RuntimeError("an insert was ignored for a row that is not stored")
         result = self._judge(values, stored)
         if result == "conflict":
-            raise _Conflicting()
+            bound = dict(zip(EVENT_COLUMNS, sql.bound_event(values), strict=True))
+            conn.execute(INSERT_CONFLICT_SQL, [bound[name] for name in CONFLICT_COLUMNS])
+            _log_conflict(values)
         return Inserted(result=result, pk=stored.pk)
 
     def _insert_one(self, conn: Connection, values: dict[str, Any]) -> Inserted:
@@ -870,10 +901,6 @@ class Inbox:
             EVENT.c.account == account, self._sql.among(EVENT.c.event_id, wanted)
         )
         return {r[0]: Stored(int(r[1]), r[2], r[3]) for r in conn.execute(query)}
-
-
-class _Conflicting(Exception):
-    """A batch written on the driver met a conflict (the same id, another body)."""
 
 
 class _Busy(Exception):

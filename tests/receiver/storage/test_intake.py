@@ -401,3 +401,91 @@ def test_the_intake_is_beside_a_database_whose_path_has_a_urls_characters(
     store.inbox.move_intake()
     assert rows(store, "SELECT event_id FROM hookledger_event") == [("evt_odd_path",)]
     engine.dispose()
+
+
+def _stamped(database: Path) -> bool:
+    """Whether some writer holds the database's writers' lock (its stamp is set)."""
+    return Path(str(database) + WRITERS_LOCK_SUFFIX).read_bytes()[:8] != bytes(8)
+
+
+def test_a_webhook_does_not_wait_for_a_move_that_waits_for_the_databases_lock(
+    database: Path,
+) -> None:
+    # Another process (the shop's own write, an operator's script) holds SQLite's lock
+    # without the writers' lock; a worker's move waits for it. The move held the intake's
+    # lock while it waited, so a webhook, sent to the intake, waited for the move: 503
+    # after the busy timeout (`hookledger worker` moves before every claim).
+    receiving = Store(db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=3), write_wait=3)
+    mover = Store(db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=30), write_wait=30)
+    first = encode(build_event("payment_succeeded", event_id="evt_mv_1"))
+    second = encode(build_event("payment_succeeded", event_id="evt_mv_2"))
+    with another_process_holds_the_lock(database):
+        assert receive(receiving, first).staged
+    script = sqlite3.connect(str(database), isolation_level=None)
+    script.execute("BEGIN IMMEDIATE")
+    outcome: list[Any] = []
+    moving = threading.Thread(target=lambda: outcome.append(mover.inbox.move_intake()))
+    try:
+        moving.start()
+        for _ in range(1000):  # the mover holds the writers' lock: it waits for SQLite's
+            if _stamped(database):
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)  # (the old code took the intake's lock at once, then waited)
+        answered = receive(receiving, second)
+        assert answered.result == "inserted" and answered.staged
+        assert moving.is_alive()  # answered while the move still waits
+    finally:
+        script.execute("ROLLBACK")
+        script.close()
+        moving.join(60)
+    assert outcome == [2]
+    assert rows(mover, "SELECT event_id FROM hookledger_event ORDER BY id") == [
+        ("evt_mv_1",),
+        ("evt_mv_2",),
+    ]
+    assert intake_rows(database) == []
+    receiving.engine.dispose()
+    mover.engine.dispose()
+
+
+def test_a_webhook_staged_while_another_process_writes_it_before_any_intake_is_a_duplicate(
+    database: Path,
+) -> None:
+    # Process A writes evt_x into the inbox (no intake file yet) and is slow to commit;
+    # process B, finding the lock held for long, stages the same delivery. A did not take
+    # the intake's lock when no intake file existed: B read the inbox before A's commit
+    # and both were answered "inserted".
+    a = Store(db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=30), write_wait=30)
+    b = Store(db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=30), write_wait=30)
+    assert a.inbox.intake is not None and not a.inbox.intake.exists()
+    inside, go = threading.Event(), threading.Event()
+    original = a.inbox._insert_one_on_driver
+
+    def slow_commit(conn: Any, values: dict[str, Any]) -> Any:
+        written = original(conn, values)
+        inside.set()
+        assert go.wait(60)
+        return written
+
+    a.inbox._insert_one_on_driver = slow_commit  # type: ignore[method-assign]
+    body = encode(build_event("payment_succeeded", event_id="evt_x"))
+    answers: dict[str, Any] = {}
+    writer = threading.Thread(target=lambda: answers.update(a=receive(a, body)))
+    writer.start()
+    try:
+        assert inside.wait(30)
+        time.sleep(0.1)  # A has held the writers' lock for longer than a webhook waits
+        stager = threading.Thread(target=lambda: answers.update(b=receive(b, body)))
+        stager.start()
+        stager.join(2)  # the old code: staged at once, as new
+    finally:
+        go.set()
+        writer.join(60)
+    stager.join(60)
+    assert sorted(answer.result for answer in answers.values()) == ["duplicate", "inserted"]
+    assert answers["a"].result == "inserted"
+    b.inbox.move_intake()
+    assert rows(a, "SELECT event_id FROM hookledger_event") == [("evt_x",)]
+    a.engine.dispose()
+    b.engine.dispose()

@@ -252,10 +252,10 @@ def _sqlite_statements(app: Flask) -> list[str]:
 def test_sqlite_insert_takes_the_write_lock_at_its_insert_not_at_begin(
     make_app: AppFactory,
 ) -> None:
-    # The insert's first statement writes, so a deferred BEGIN cannot fail to upgrade, and the
-    # lock is held only from the INSERT to the COMMIT (not while Python builds the row).
-    # Transactions that read before they write keep BEGIN IMMEDIATE.
-    app, _ = make_app()
+    # Without an intake: the insert's first statement writes, so a deferred BEGIN cannot fail
+    # to upgrade, and the lock is held only from the INSERT to the COMMIT (not while Python
+    # builds the row). Transactions that read before they write keep BEGIN IMMEDIATE.
+    app, _ = make_app(sqlite_intake_path="off")
     seen = _sqlite_statements(app)
     # A process's first signed delivery also writes, once, the first-delivery row (issue
     # 20, item 4): write-first too, so a deferred BEGIN.
@@ -272,6 +272,25 @@ def test_sqlite_insert_takes_the_write_lock_at_its_insert_not_at_begin(
     seen.clear()
     WebhookReceiver.state(app).store.queue.claim_batch("w1", 30, limit=1)
     assert [s for s in seen if s.startswith("BEGIN")][0] == "BEGIN IMMEDIATE"
+
+
+def test_sqlite_with_an_intake_takes_the_databases_lock_at_begin_before_the_intakes(
+    make_app: AppFactory,
+) -> None:
+    # With an intake (the default on a file), a write takes SQLite's lock at BEGIN, and the
+    # intake's only then (it reads the intake inside the transaction): the intake's lock is
+    # never held while waiting for the database's (a webhook sent to the intake would wait).
+    app, _ = make_app()
+    if WebhookReceiver.state(app).store.inbox.intake is None:
+        pytest.skip("a SQLite file's intake")
+    seen = _sqlite_statements(app)
+    WebhookTestClient(app).send("payment_succeeded")
+    seen.clear()
+    WebhookTestClient(app).send("payment_succeeded")
+    assert [s for s in seen if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"]
+    assert seen.index("BEGIN IMMEDIATE") < next(
+        i for i, s in enumerate(seen) if s.startswith("INSERT INTO hookledger_event")
+    )
 
 
 def test_sqlite_writer_queue_timeout_gets_503_and_stores_nothing(
