@@ -36,6 +36,11 @@ class Verdict:
     claim: str | None = None
     #: The object's new projected state (a dispatched event, or a return to an earlier state).
     projection: State | None = None
+    #: Whom ``claim`` and ``projection`` are recorded for: the event (``None``), or
+    #: :data:`ADOPTED` (an observation hookledger cannot date after the history's end is
+    #: recorded as adoption records what it reads: a later event dated after the history's
+    #: end still dispatches the state).
+    owner: int | None = None
 
 
 DISPATCH_UNGUARDED = Verdict(decision="dispatch")
@@ -128,10 +133,15 @@ def decide(
     following if it moves forward): the shop's earlier system handled it. So is an API
     observation of an object hookledger has no record of, when its state is from before
     then (an order older than adoption's reach, looked up): by its modification time, or,
-    for a kind whose objects carry none, by its creation. A state that adoption recorded,
-    that the object still stands at, and that an event shows happening after the history
-    ends (adoption read a dispute, payout or mandate, which carry no modification time,
-    just after it changed) is dispatched by that event; once the object has moved on, a
+    for a kind whose objects carry none, by its creation; and, for an object that carries
+    neither (a mandate), whenever it was observed: nothing shows it is not the earlier
+    system's. Such an observation not dated by a modification time is recorded as adoption
+    records what it reads (owner :data:`ADOPTED`), not as the observation's own: it
+    cannot tell when the state was reached, so a webhook or undelivered event that shows
+    it happening after the history ends still dispatches it (below). A state that adoption
+    recorded, that the object still stands at, and that an event shows happening after the
+    history ends (adoption read a dispute, payout or mandate, which carry no modification
+    time, just after it changed) is dispatched by that event; once the object has moved on, a
     return to that state is a return (the handlers do not run).
 
     ``note`` (the event type disagreeing with the object's status, say) is appended to any
@@ -140,9 +150,10 @@ def decide(
     if replay or incoming is None:
         return DISPATCH_UNGUARDED
     if cutover is not None and arrival is not None:
-        if _before_cutover(cutover, arrival, event_time, incoming, current):
+        dated = _before_cutover(cutover, arrival, event_time, incoming, current)
+        if dated is not None:
             return _recorded_before_cutover(
-                event_pk, incoming, event_time, transition_owner, current, cutover, note
+                event_pk, incoming, event_time, transition_owner, current, cutover, note, dated
             )
         if (
             arrival.historical
@@ -162,6 +173,7 @@ def decide(
             reason=f"{verdict.reason} ({note})",
             claim=verdict.claim,
             projection=verdict.projection,
+            owner=verdict.owner,
         )
     return verdict
 
@@ -208,31 +220,36 @@ def _decide(
     return Verdict(decision="stale", reason=_stale_reason(current, incoming))
 
 
+#: How an event was found to be from before the history's end (:func:`_before_cutover`).
+Dating = Literal["time", "creation", "undated"]
+
+
 def _before_cutover(
     cutover: CutOver,
     arrival: Arrival,
     event_time: datetime | None,
     incoming: State,
     current: Projected | None,
-) -> bool:
+) -> Dating | None:
+    """How the event is known to be from before the history's end (``None``: it is not)."""
     if arrival.received_at < cutover.recorded_at:
-        return False
+        return None
     ends = cutover.history_ends
     if arrival.historical:
-        return event_time is not None and event_time < ends
+        return "time" if event_time is not None and event_time < ends else None
     if not arrival.observed or current is not None:
-        return False
-    if event_time is not None and event_time < ends:
-        return True
-    # A kind whose objects carry no modification time is dated when it was observed: its
-    # creation is all that tells an object the earlier system had.
+        return None
     spec = objects.KINDS.get(incoming.kind)
-    return (
-        spec is not None
-        and not spec.modified_fields
-        and arrival.object_created is not None
-        and arrival.object_created < ends
-    )
+    if spec is None or spec.modified_fields:
+        return "time" if event_time is not None and event_time < ends else None
+    # A kind whose objects carry no modification time is dated when it was observed: its
+    # creation is all that tells an object the earlier system had. One that carries no
+    # creation either (a mandate: ``MandateResponse`` has no time at all) cannot be told
+    # from the earlier system's history: recorded too (never dispatched by an observation
+    # alone), and its webhook, dated, dispatches it if it came after the history's end.
+    if arrival.object_created is None:
+        return "undated"
+    return "creation" if arrival.object_created < ends else None
 
 
 def _recorded_before_cutover(
@@ -243,11 +260,21 @@ def _recorded_before_cutover(
     current: Projected | None,
     cutover: CutOver,
     note: str | None,
+    dated: Dating,
 ) -> Verdict:
-    reason = (
-        f"{incoming} happened before the cut-over (hookledger's history starts at "
-        f"{cutover.history_ends.isoformat()}): recorded, not dispatched"
-    )
+    ends = cutover.history_ends.isoformat()
+    if dated == "undated":
+        reason = (
+            f"{incoming} carries no time and hookledger has no record of the object: "
+            f"recorded as adoption records what it reads, not dispatched (it may be the "
+            f"earlier system's, before {ends}); its webhook dispatches it if that shows it "
+            "after the cut-over"
+        )
+    else:
+        reason = (
+            f"{incoming} happened before the cut-over (hookledger's history starts at "
+            f"{ends}): recorded, not dispatched"
+        )
     if note:
         reason = f"{reason} ({note})"
     moves = current is None or (
@@ -258,6 +285,9 @@ def _recorded_before_cutover(
         reason=reason,
         claim=incoming.key if owner is None else None,
         projection=incoming if moves else None,
+        # An observation dated by creation or not at all cannot tell when its state was
+        # reached: recorded as adoption's, so a dated later event may still dispatch it.
+        owner=ADOPTED if dated != "time" else None,
     )
 
 

@@ -242,6 +242,7 @@ class Dispatcher:
                         else None,
                     ),
                 )
+                owner = c.pk if verdict.owner is None else verdict.owner
                 if verdict.claim is not None:
                     transitions.append(
                         {
@@ -249,7 +250,7 @@ class Dispatcher:
                             "object_kind": c.object_kind,
                             "object_id": c.object_id,
                             "state": verdict.claim,
-                            "event_pk": c.pk,
+                            "event_pk": owner,
                             "created_at": now,
                         }
                     )
@@ -263,7 +264,7 @@ class Dispatcher:
                             "stage": verdict.projection.stage,
                             "event_time": c.event_time,
                             "object_created_at": c.object_created_at,
-                            "event_pk": c.pk,
+                            "event_pk": owner,
                             "updated_at": now,
                         }
                     )

@@ -9,13 +9,6 @@ main; the flags left are the machine's own findings (see /work/wt/model-findings
 
 from __future__ import annotations
 
-#: Not one of the ten (found by this machine): ``observe()`` of a mandate that hookledger
-#: never saw, on an adopted account, is dispatched even when the earlier system handled it
-#: before the cut-over: ``MandateResponse`` carries no creation time, so the guard cannot
-#: date it (the README says it is recorded, "by its creation"). Off: the shop never observes
-#: a mandate created before its account's cut-over.
-NEW_OBSERVE_UNDATED_MANDATE = True
-
 #: Not one of the ten (found by this machine): when no webhook has reached hookledger since
 #: the deploy (its first attempts lost on the way), ``reconcile adopt`` takes the cut-over
 #: for the end of history and writes off every change since the deploy: a payment paid

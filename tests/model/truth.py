@@ -31,8 +31,8 @@ import receiver.core.objects as objects
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc
 from receiver.core.errors import HookledgerError
-from receiver.storage.tables import InboxEvent
-from tests.model import holes
+from receiver.core.guard import ADOPTED
+from receiver.storage.tables import InboxEvent, Transition
 from tests.model.processor import Thing, announced, api_object, things
 from tests.model.shop import WorkerKilled
 from tests.model.world import START, Account, Run, World
@@ -85,8 +85,6 @@ def observe(w: World, i: int, *, with_account: bool, dispatch: bool) -> None:
     naming its account or not. Without ``account=`` a seller's object must be refused, or
     filed under its own account (routed by merchant and profile), never under another."""
     live = [t for t in w.things() if w.accounts[t.account].adopted]
-    if holes.NEW_OBSERVE_UNDATED_MANDATE:
-        live = [t for t in live if t.kind != "mandate" or not _before_cutover(w, t)]
     if not live:
         return
     thing = live[i % len(live)]
@@ -119,12 +117,6 @@ def observe(w: World, i: int, *, with_account: bool, dispatch: bool) -> None:
                 f"observe ({where}) filed {thing.account}'s {thing.kind}:{thing.object_id} "
                 f"under account {filed}",
             )
-
-
-def _before_cutover(w: World, thing: Thing) -> bool:
-    cutover = w.accounts[thing.account].cutover_at
-    created = w.moves[(thing.account, thing.kind, thing.object_id)][0][1]
-    return cutover is not None and created < cutover
 
 
 # -- reconcile --------------------------------------------------------------------------
@@ -440,14 +432,18 @@ def nothing_lost(w: World) -> None:
 
 def out_of_reach(w: World, thing: Thing, projected: dict[tuple[str, str, str], str]) -> bool:
     """What no path catches when its webhook is lost, as the README's table says ("What
-    each path catches, and what nothing can"): a mandate hookledger never saw (mandates
+    each path catches, and what nothing can"): a mandate hookledger never saw, or saw only
+    through the shop's ``observe()`` on an adopted account (a mandate carries no time: the
+    observation is recorded as adoption's, "Going live"), in the state it ends in (mandates
     have no list; the events API finds it if it was sent after the deploy), and, without
     the events API, a void after capture near or past 14 days after the payment's creation
     (the sweep's reach for a captured payment)."""
     account = w.accounts[thing.account]
     key = (thing.account, thing.kind, thing.object_id)
     moves = w.moves[key]
-    if thing.kind == "mandate" and key not in projected:
+    if thing.kind == "mandate" and (
+        key not in projected or _recorded_as_adoptions(w, key, projected[key])
+    ):
         deployed = account.deployed_at
         return not account.events_api or (deployed is not None and moves[-1][1] < deployed)
     if thing.kind == "payment" and not account.events_api:
@@ -455,6 +451,21 @@ def out_of_reach(w: World, thing: Thing, projected: dict[tuple[str, str, str], s
         # Its checks are spaced by age, at most a day apart: one may come after day 14.
         return state == "cancelled_post_capture" and when - moves[0][1] > timedelta(days=13)
     return False
+
+
+def _recorded_as_adoptions(w: World, key: tuple[str, str, str], state: str) -> bool:
+    """Whether ``state`` of the object is owned by adoption (no event dispatched it)."""
+    table = Transition.__table__  # type: ignore[attr-defined]
+    with w.engine.connect() as conn:
+        owner = conn.execute(
+            sa.select(table.c.event_pk).where(
+                table.c.account == key[0],
+                table.c.object_kind == key[1],
+                table.c.object_id == key[2],
+                table.c.state == state,
+            )
+        ).scalar()
+    return owner == ADOPTED
 
 
 def _not_covered(w: World, account: Account, thing: Thing, when: datetime) -> bool:
