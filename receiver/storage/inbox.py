@@ -44,6 +44,7 @@ from receiver.storage.filelock import WritersLock
 from receiver.storage.groupcommit import GroupCommit
 from receiver.storage.held_connections import HeldConnections
 from receiver.storage.intake import MOVE_BATCH, Intake, Staged
+from receiver.storage.intake import failure as intake_failure
 from receiver.storage.sealed_columns import same_body, seal_event_row
 from receiver.storage.sql.base import Stored
 from receiver.storage.sql.sqlite import (
@@ -452,7 +453,10 @@ class Inbox:
                     held.enter_context(intake.hold(self._write_wait))
                     if not intake.exists():
                         return (), list(notes)
-                    staged, waiting = intake.pending(limit, keys), intake.notes()
+                    try:
+                        staged, waiting = intake.pending(limit, keys), intake.notes()
+                    except DBAPIError as exc:
+                        raise intake_failure(exc) from exc
                     taken.append((staged, waiting))
                     return staged, [*waiting, *notes]
 
@@ -633,10 +637,14 @@ class Inbox:
         commands that need every delivery in the inbox). Returns how many were moved.
         Raises ``TimeoutError`` when the database's writers' lock stayed taken, and
         :class:`StorageUnavailable` when the database cannot be reached, its lock stayed
-        taken (:class:`StorageBusy`) or the intake's did."""
+        taken (:class:`StorageBusy`) or the intake's did, or
+        :class:`receiver.storage.intake.IntakeUnreadable` when the intake cannot be read."""
         intake = self.intake
-        if intake is None or not intake.any():
-            return 0
+        try:
+            if intake is None or not intake.any():
+                return 0
+        except DBAPIError as exc:
+            raise intake_failure(exc) from exc
         assert self._writers is not None
         moved = 0
         while True:

@@ -54,6 +54,8 @@ from typing import Any, TypeVar
 from sqlalchemy import URL, Engine
 from sqlalchemy.exc import DBAPIError
 
+from receiver.core.errors import StorageBusy, StorageUnavailable
+from receiver.storage.context import is_busy
 from receiver.storage.database import make_engine
 from receiver.storage.filelock import WritersLock
 from receiver.storage.held_connections import HeldConnections
@@ -108,6 +110,21 @@ _NOTE = (
 )
 _FORGET_NOTE = f"DELETE FROM {NOTES} WHERE account = ? AND first_at = ?"
 _FIGURES = f"SELECT account, count(*), min(received_at) FROM {TABLE} GROUP BY account"
+
+
+class IntakeUnreadable(StorageUnavailable):
+    """The intake file is there but cannot be read or written (corrupt, not a database, its
+    folder or file not readable): a delivery that needs it is refused as the database's
+    outage is (503), and the worker, which only moves from it, dispatches the inbox's
+    events meanwhile (see :func:`failure`)."""
+
+
+def failure(exc: DBAPIError) -> StorageUnavailable:
+    """The refusal an intake's driver error makes: :class:`StorageBusy` when its lock stayed
+    taken, else :class:`IntakeUnreadable`."""
+    error: StorageUnavailable = StorageBusy() if is_busy(exc) else IntakeUnreadable()
+    error.__cause__ = exc
+    return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,9 +363,15 @@ class Waiting:
 def figures_of(engine: Engine) -> dict[str, Waiting]:
     """The deliveries waiting in ``engine``'s intake, per account (none without one). A read
     on a connection of its own (no lock): for status, stats, metrics and the console."""
+    return read_figures(engine)[0]
+
+
+def read_figures(engine: Engine) -> tuple[dict[str, Waiting], str | None]:
+    """:func:`figures_of`, and why the intake could not be read, if it is there and could not
+    (``None`` otherwise): for ``hookledger status``, which calls it a problem."""
     path = path_of(engine)
     if path is None or not os.path.exists(path):
-        return {}
+        return {}, None
     try:
         conn = sqlite3.connect(path, timeout=5.0)
         try:
@@ -356,15 +379,16 @@ def figures_of(engine: Engine) -> dict[str, Waiting]:
         finally:
             conn.close()
     except sqlite3.Error as exc:
-        if "no such table" not in str(exc):  # (made a moment ago, its tables not yet)
-            log.warning(
-                "the intake %s could not be read: %s",
-                path,
-                type(exc).__name__,
-                extra={"action": "intake_unreadable"},
-            )
-        return {}
-    return {str(r[0]): Waiting(int(r[1]), _time(r[2])) for r in rows}
+        if "no such table" in str(exc):  # (made a moment ago, its tables not yet)
+            return {}, None
+        log.warning(
+            "the intake %s could not be read: %s",
+            path,
+            type(exc).__name__,
+            extra={"action": "intake_unreadable"},
+        )
+        return {}, f"{type(exc).__name__}: {str(exc)[:200]}"
+    return {str(r[0]): Waiting(int(r[1]), _time(r[2])) for r in rows}, None
 
 
 def _time(text: Any) -> datetime:

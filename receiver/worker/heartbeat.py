@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc, utcnow
 from receiver.storage.database import deferred_begin
-from receiver.storage.intake import figures_of
+from receiver.storage.intake import path_of, read_figures
 from receiver.storage.tables import EventStatus, InboxEvent, WorkerHeartbeat
 
 log = logging.getLogger("receiver.heartbeat")
@@ -180,7 +180,7 @@ def check(
                 account, {"open": 0, "dead": 0, "oldest_open_age_seconds": None}
             )["dead"] = int(n)
     # Webhooks still in the intake (SQLite) are open events too: pending, as old as they are.
-    waiting = figures_of(engine)
+    waiting, unreadable = read_figures(engine)
     for account, found in waiting.items():
         figures = per_account.setdefault(
             account, {"open": 0, "dead": 0, "oldest_open_age_seconds": None}
@@ -212,6 +212,11 @@ def check(
     alive = sum(1 for w in workers if w.alive)
     age = max(known) if known else None
     problems: list[str] = []
+    if unreadable is not None:
+        problems.append(
+            f"the intake {path_of(engine)} cannot be read ({unreadable}): webhooks are refused "
+            "(503) and what waits in it is not dispatched"
+        )
     if require_worker and alive == 0:
         last = f"; last seen {workers[0].age_seconds:.0f} s ago" if workers else ""
         problems.append(f"no worker alive (none seen in the last {worker_timeout:g} s{last})")

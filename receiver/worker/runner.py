@@ -37,6 +37,7 @@ from receiver.storage.context import describe_database_error, is_database_error
 from receiver.storage.dispatch import HandlerCall, Outcome, Work
 from receiver.storage.filelock import WritersLock
 from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
+from receiver.storage.intake import IntakeUnreadable
 from receiver.storage.queue import Claimed
 from receiver.storage.tables import EventStatus, InboxEvent
 from receiver.store import Store
@@ -101,6 +102,8 @@ class Worker:
         self._held_since_long_pause = 0.0
         #: Claimed events of a batch the database failed under, to give back when it answers.
         self._stranded: list[Claimed] = []
+        #: When the next error about an unreadable intake may be logged (one a minute).
+        self._intake_error_quiet_until = 0.0
 
     def __repr__(self) -> str:
         return f"Worker(name={self.name!r})"
@@ -222,6 +225,20 @@ class Worker:
         try:
             moved = self.store.inbox.move_intake()
         except TimeoutError:
+            return
+        except IntakeUnreadable as exc:
+            # The intake file alone is broken: the inbox's events are dispatched meanwhile
+            # (`hookledger status` names the problem; the web processes refuse webhooks).
+            now = time.monotonic()
+            if now >= self._intake_error_quiet_until:
+                self._intake_error_quiet_until = now + 60.0
+                log.error(
+                    "the intake %s cannot be read (%s): its webhooks wait, the inbox's "
+                    "events are dispatched",
+                    self.store.inbox.intake.path if self.store.inbox.intake else "",
+                    describe_database_error(exc.__cause__ or exc),
+                    extra={"action": "intake_unreadable", "worker": self.name},
+                )
             return
         except StorageUnavailable as exc:
             cause = exc.__cause__

@@ -489,3 +489,40 @@ def test_a_webhook_staged_while_another_process_writes_it_before_any_intake_is_a
     assert rows(a, "SELECT event_id FROM hookledger_event") == [("evt_x",)]
     a.engine.dispose()
     b.engine.dispose()
+
+
+def test_an_unreadable_intake_is_a_problem_of_status_and_stops_no_dispatch(
+    database: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An intake file that is not a database (a bad restore, a disk fault, a stray file at
+    # its path): every webhook is refused (503), so what is in the inbox must still be
+    # dispatched, and `hookledger status` must say what is wrong. The worker's move raised
+    # and it claimed nothing, ever; status said ok.
+    app = Flask("broken-intake")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"sqlite:///{database}",
+        HOOKLEDGER_SECRETS="primary:" + SECRETS["primary"],
+    )
+    hooks = WebhookReceiver()
+    seen: list[str] = []
+
+    @hooks.on("payment_succeeded")
+    def handler(event: Any) -> None:
+        seen.append(event.event_id)
+
+    hooks.init_app(app)
+    http = app.test_client()
+    body = encode(build_event("payment_succeeded", event_id="evt_in_inbox"))
+    response = http.post("/webhooks/", data=body, headers=signed_headers(body, SECRETS["primary"]))
+    assert response.get_json()["status"] == "inserted"
+    Path(f"{database}-intake").write_bytes(b"not a database " * 500)
+    later = encode(build_event("payment_succeeded", event_id="evt_refused"))
+    refused = http.post("/webhooks/", data=later, headers=signed_headers(later, SECRETS["primary"]))
+    assert refused.status_code == 503
+    assert hooks.drain(app) == 1
+    assert seen == ["evt_in_inbox"]
+    assert any(r.__dict__.get("action") == "intake_unreadable" for r in caplog.records)
+    status = check(WebhookReceiver.state(app).store.engine, require_worker=False)
+    assert not status.ok
+    assert any("intake" in problem and "cannot be read" in problem for problem in status.problems)
+    WebhookReceiver.state(app).store.engine.dispose()
