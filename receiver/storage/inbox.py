@@ -24,7 +24,7 @@ import hashlib
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -631,10 +631,11 @@ class Inbox:
                 extra={"action": "intake_forget"},
             )
 
-    def move_intake(self) -> int:
+    def move_intake(self, *, writers_held: bool = False) -> int:
         """Move the deliveries waiting in the intake into the inbox, in transactions of up to
-        :data:`receiver.storage.intake.MOVE_BATCH` (the worker, before each claim; the
-        commands that need every delivery in the inbox). Returns how many were moved.
+        :data:`receiver.storage.intake.MOVE_BATCH` (the worker, before each claim, under the
+        claim's writers' lock: ``writers_held``; the commands that need every delivery in
+        the inbox). Returns how many were moved.
         Raises ``TimeoutError`` when the database's writers' lock stayed taken, and
         :class:`StorageUnavailable` when the database cannot be reached, its lock stayed
         taken (:class:`StorageBusy`) or the intake's did, or
@@ -648,7 +649,7 @@ class Inbox:
         assert self._writers is not None
         moved = 0
         while True:
-            with self._writers.hold(self._write_wait):
+            with nullcontext() if writers_held else self._writers.hold(self._write_wait):
                 count = self._transaction([])[1]
             moved += count
             if count < MOVE_BATCH:

@@ -178,13 +178,27 @@ class Worker:
 
     def run_once(self) -> int:
         """Claim a batch of due events and process them; return how many were processed."""
-        self._move_intake()
-        if self.store.single_writer and not self.store.queue.any_due():
+        waiting = self._intake_waits()
+        if self.store.single_writer and not waiting and not self.store.queue.any_due():
             return 0  # found without taking the write lock
-        with self._writing():
-            batch = self.store.queue.claim_batch(
-                self.name, self.config.lease_seconds, limit=self.config.batch_size
-            )
+        entered = False
+        try:
+            with self._writing():
+                entered = True
+                # Under the claim's writers' lock: no claim without the move before it, so an
+                # object's earlier event waiting in the intake is its head, as in the inbox.
+                if waiting:
+                    self._move_intake()
+                batch = self.store.queue.claim_batch(
+                    self.name, self.config.lease_seconds, limit=self.config.batch_size
+                )
+        except TimeoutError:
+            if entered:
+                raise
+            # Another writer held the writers' lock past the busy timeout (another worker's
+            # handler running in its turn, say): nothing claimed, the next round tries again.
+            self._writers_busy("claiming again next round")
+            return 0
         if not batch:
             return 0
         if self.stopping.is_set():
@@ -217,13 +231,23 @@ class Worker:
         self.processed += len(batch)
         return len(batch)
 
+    def _intake_waits(self) -> bool:
+        """SQLite file: whether webhooks wait in the intake (a read, no lock); an intake that
+        cannot be read is logged by the move."""
+        intake = self.store.inbox.intake
+        try:
+            return intake is not None and intake.any()
+        except SQLAlchemyError:
+            return True  # the move says what is wrong
+
     def _move_intake(self) -> None:
         """SQLite file: move the webhooks stored in the intake while the database's lock was
-        held for long (by this worker's handlers, say) into the inbox, before claiming (see
-        :mod:`receiver.storage.intake`). A lock that stays taken only delays them to the next
-        claim; the database's failure is the worker's (logged, backed off)."""
+        held for long (by this worker's handlers, say) into the inbox, before claiming, under
+        the claim's writers' lock (see :mod:`receiver.storage.intake`). The intake's lock
+        staying taken only delays them to the next claim; the database's failure is the
+        worker's (logged, backed off)."""
         try:
-            moved = self.store.inbox.move_intake()
+            moved = self.store.inbox.move_intake(writers_held=self._writers is not None)
         except TimeoutError:
             return
         except IntakeUnreadable as exc:
@@ -267,6 +291,16 @@ class Worker:
                 extra={"action": "intake_left", "worker": self.name},
             )
 
+    def _writers_busy(self, what: str) -> None:
+        """Say that the writers' lock stayed held past the busy timeout by another writer."""
+        log.info(
+            "the writers' lock stayed taken for %g s (another writer: a worker's handler "
+            "running, say); %s",
+            self.store.busy_timeout,
+            what,
+            extra={"action": "writers_busy", "worker": self.name},
+        )
+
     @contextmanager
     def _writing(self) -> Iterator[None]:
         """SQLite file: hold the writers' lock for the block (the web processes queue on it
@@ -288,9 +322,19 @@ class Worker:
         done = 0
         while done < len(works):
             turn = works[done : done + self._turn]
-            started = time.monotonic()
-            with self._writing():
-                outcomes.extend(self.store.dispatcher.dispatch_many(turn, writing=writing))
+            entered = False
+            try:
+                with self._writing():
+                    entered = True
+                    started = time.monotonic()
+                    outcomes.extend(self.store.dispatcher.dispatch_many(turn, writing=writing))
+            except TimeoutError:
+                if entered:
+                    raise
+                # Another writer (another worker's long handler) held the writers' lock past
+                # the busy timeout: this batch's events are leased to us, wait for our turn.
+                self._writers_busy("this batch's next turn waits for it")
+                continue
             held = time.monotonic() - started
             done += len(turn)
             # A turn's time is mostly its commit (an fsync) until its handlers take longer.

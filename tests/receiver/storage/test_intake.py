@@ -33,6 +33,7 @@ from receiver.testing import signed_headers
 from receiver.testing.factories import build_event, encode
 from receiver.web.metrics import Metrics
 from receiver.worker.heartbeat import check
+from receiver.worker.runner import Worker
 from tests.conftest import SECRETS, backend
 from tests.receiver.web.test_metrics import TOKEN, scrape, value
 
@@ -526,3 +527,68 @@ def test_an_unreadable_intake_is_a_problem_of_status_and_stops_no_dispatch(
     assert not status.ok
     assert any("intake" in problem and "cannot be read" in problem for problem in status.problems)
     WebhookReceiver.state(app).store.engine.dispose()
+
+
+def test_an_objects_earlier_event_waiting_in_the_intake_is_dispatched_first(
+    database: Path,
+) -> None:
+    # The processor sent pay_ord's later event first (into the inbox), then its earlier one
+    # while a lock was held long (into the intake). The worker's move waited for the
+    # writers' lock on its own and gave up (another worker's handler held it); its claim,
+    # which waited again, then took the later event as the object's head: dispatched
+    # before the earlier one, which the inbox alone would have put first.
+    t0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+    later = encode(
+        build_event("payment_succeeded", object_id="pay_ord", event_id="evt_o_2", timestamp=t0)
+    )
+    earlier = encode(
+        build_event(
+            "payment_processing",
+            object_id="pay_ord",
+            event_id="evt_o_1",
+            timestamp=t0 - timedelta(minutes=1),
+        )
+    )
+    engine = db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=1)
+    store = Store(engine, write_wait=1)
+    assert not receive(store, later).staged
+    with another_process_holds_the_lock(database):
+        assert receive(store, earlier).staged
+    hooks = WebhookReceiver()
+    seen: list[str] = []
+
+    @hooks.on("payment_processing", "payment_succeeded")
+    def handler(event: Any) -> None:
+        seen.append(event.event_id)
+
+    worker = Worker(store, hooks.registry)
+    gave_up = threading.Event()
+    real_move = store.inbox.move_intake
+
+    def move(**kwargs: Any) -> int:
+        try:
+            return real_move(**kwargs)
+        except TimeoutError:
+            gave_up.set()
+            raise
+
+    store.inbox.move_intake = move  # type: ignore[method-assign]
+    holder = Holder(str(database) + WRITERS_LOCK_SUFFIX, 30)
+    holder.start()
+    assert holder.ready.wait(30)
+    # Another worker's handler holds the writers' lock: it lets go as soon as this worker's
+    # move has given up (the old order), or after 1.5 s.
+    releaser = threading.Thread(
+        target=lambda: (gave_up.wait(1.5), holder.release.set()), daemon=True
+    )
+    releaser.start()
+    try:
+        for _ in range(20):
+            worker.run_once()
+            if len(seen) == 2:
+                break
+    finally:
+        holder.release.set()
+        holder.join(30)
+    assert seen == ["evt_o_1", "evt_o_2"]
+    engine.dispose()

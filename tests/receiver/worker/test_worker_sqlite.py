@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from receiver.core.events import parse_event
 from receiver.core.registry import Registry
@@ -133,3 +135,67 @@ def test_claim_reads_do_not_read_the_backlog(store: Store) -> None:
             )
             assert "TEMP B-TREE" not in plan, (statement, plan)  # a sort of what it read
             assert "SCAN hookledger_event" not in plan, (statement, plan)
+
+
+def _held_by_another(store: Store, seconds: float) -> tuple[threading.Thread, threading.Event]:
+    """Another process's writer (another worker whose handler runs in its turn) takes the
+    writers' lock as soon as it is free and holds it for ``seconds``; set the event to let
+    go sooner."""
+    other = WritersLock(f"{store.engine.url.database}{WRITERS_LOCK_SUFFIX}")
+    release = threading.Event()
+
+    def hold() -> None:
+        with other.hold(30.0):
+            release.wait(seconds)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    return holder, release
+
+
+def test_a_claim_that_waits_past_the_busy_timeout_ends_the_round_not_the_worker(
+    engine: sa.Engine,
+) -> None:
+    # Two workers, one running a handler longer than the busy timeout in its turn: the
+    # other's claim gave up on the writers' lock with a TimeoutError that nothing caught,
+    # and that worker process died.
+    store = Store(engine, write_wait=0.3)
+    seen: list[str] = []
+    worker = _worker(store, seen)
+    _insert(store, 1, at=datetime.now(UTC) - timedelta(minutes=1))
+    holder, release = _held_by_another(store, 30.0)
+    try:
+        for _ in range(100):  # until the other writer holds it
+            if Path(f"{store.engine.url.database}{WRITERS_LOCK_SUFFIX}").read_bytes()[:8] != bytes(
+                8
+            ):
+                break
+            threading.Event().wait(0.01)
+        assert worker.run_once() == 0
+    finally:
+        release.set()
+        holder.join(30)
+    assert worker.run_once() == 1 and len(seen) == 1
+
+
+def test_a_turn_that_waits_past_the_busy_timeout_waits_on(engine: sa.Engine) -> None:
+    # The batch's first turn ends; another worker takes the writers' lock for longer than
+    # the busy timeout before the second turn: the turn gave up with a TimeoutError that
+    # ended the worker, its leased events left until their leases ran out.
+    store = Store(engine, write_wait=0.3)
+    seen: list[str] = []
+    started: list[threading.Thread] = []
+    registry = Registry()
+
+    def record(event: Any) -> None:
+        seen.append(event.event_id)
+        if len(seen) == 1:  # takes the lock once this turn lets go, for 1 s
+            started.append(_held_by_another(store, 1.0)[0])
+
+    registry.on_any(name="record")(record)
+    worker = Worker(store, registry, WorkerConfig(batch_size=2))
+    _insert(store, 2, at=datetime.now(UTC) - timedelta(minutes=1))
+    assert worker.run_once() == 2
+    assert len(seen) == 2
+    for holder in started:
+        holder.join(30)
