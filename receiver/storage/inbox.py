@@ -450,7 +450,14 @@ class Inbox:
 
                 def take() -> tuple[Sequence[Staged], list[tuple[str, str]]]:
                     # (Inside the database's transaction, its write lock held.)
-                    held.enter_context(intake.hold(self._write_wait))
+                    try:
+                        held.enter_context(intake.hold(self._write_wait))
+                    except OSError:
+                        if intake.exists():
+                            raise
+                        # Its lock file cannot be made (the folder of a configured intake
+                        # missing or read-only): no intake either, nothing to move.
+                        return (), list(notes)
                     if not intake.exists():
                         return (), list(notes)
                     try:

@@ -592,3 +592,17 @@ def test_an_objects_earlier_event_waiting_in_the_intake_is_dispatched_first(
         holder.join(30)
     assert seen == ["evt_o_1", "evt_o_2"]
     engine.dispose()
+
+
+def test_an_intake_whose_folder_is_missing_does_not_refuse_webhooks_while_the_lock_is_free(
+    database: Path,
+) -> None:
+    # HOOKLEDGER_SQLITE_INTAKE_PATH in a folder that does not exist (a typo): a webhook is
+    # stored in the database as before while its lock is free (only one that would wait for
+    # a long holder is refused, 503).
+    engine = db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=5)
+    store = Store(engine, write_wait=5, intake=str(database.parent / "missing" / "intake"))
+    body = encode(build_event("payment_succeeded", event_id="evt_no_folder"))
+    assert receive(store, body).result == "inserted"
+    assert rows(store, "SELECT event_id FROM hookledger_event") == [("evt_no_folder",)]
+    engine.dispose()
