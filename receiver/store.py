@@ -85,7 +85,9 @@ class Store:
             self.storage,
             write_wait=write_wait,
             headers=stored_headers(headers),
-            intake=Intake(intake_path, busy_timeout=write_wait) if intake_path else None,
+            intake=Intake(intake_path, busy_timeout=write_wait, database=engine.url.database)
+            if intake_path
+            else None,
         )
         self.queue = Queue(self.storage, retry=self.retry)
         self.dispatcher = Dispatcher(self.storage, retry=self.retry, rng=rng)

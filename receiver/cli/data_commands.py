@@ -205,9 +205,9 @@ def _intake_left(store: Store) -> int:
     """Move the webhooks waiting in a SQLite file's intake into the inbox; how many are
     still there (the database's lock stayed taken meanwhile)."""
     intake = store.inbox.intake
-    if intake is None or not intake.any():
-        return 0
     try:
+        if intake is None or not intake.any():
+            return 0
         store.inbox.move_intake()
     except (TimeoutError, StorageUnavailable):
         pass

@@ -78,6 +78,8 @@ MOVE_BATCH = 256
 
 TABLE = "hookledger_intake"
 NOTES = "hookledger_intake_first_delivery"
+#: The database whose intake this is (its real path): one row.
+OWNER = "hookledger_intake_owner"
 #: The inbox columns an intake row keeps, in :data:`EVENT_COLUMNS` order.
 COLUMNS: tuple[str, ...] = tuple(EVENT_COLUMNS)
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
@@ -92,6 +94,7 @@ _CREATE = (
     " ref_digests TEXT NOT NULL DEFAULT '[]',"
     " UNIQUE (account, event_id, body_sha256))",
     f"CREATE TABLE IF NOT EXISTS {NOTES} (account TEXT PRIMARY KEY, first_at TEXT NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {OWNER} (database TEXT NOT NULL)",
 )
 _INSERT = (
     f"INSERT INTO {TABLE} (answer, {', '.join(COLUMNS)}, ref_paths, ref_digests) "
@@ -117,6 +120,12 @@ class IntakeUnreadable(StorageUnavailable):
     folder or file not readable): a delivery that needs it is refused as the database's
     outage is (503), and the worker, which only moves from it, dispatches the inbox's
     events meanwhile (see :func:`failure`)."""
+
+
+class IntakeOfAnotherDatabase(IntakeUnreadable):
+    """The intake file was made for another database, which is still there (two
+    installations given one ``HOOKLEDGER_SQLITE_INTAKE_PATH``): its webhooks must not be
+    moved into this one, nor this one's into it."""
 
 
 def failure(exc: DBAPIError) -> StorageUnavailable:
@@ -162,9 +171,15 @@ def _staged(row: Sequence[Any]) -> Staged:
 class Intake:
     """One intake file: its writers' lock, a driver connection per thread, its statements."""
 
-    def __init__(self, path: str, *, busy_timeout: float = 5.0) -> None:
+    def __init__(
+        self, path: str, *, busy_timeout: float = 5.0, database: str | None = None
+    ) -> None:
+        """``database``: the path of the database this is the intake of (recorded in the
+        intake when it is made, checked when it is opened: :class:`IntakeOfAnotherDatabase`)."""
         self.path = path
         self.busy_timeout = busy_timeout
+        self.database = database
+        self._refused = False
         self._lock = WritersLock(path + LOCK_SUFFIX)
         self._guard = threading.Lock()
         self._engine: Engine | None = None
@@ -193,12 +208,33 @@ class Intake:
             if self._held is None or self._pid != os.getpid():
                 engine = make_engine(file_url(self.path), sqlite_busy_timeout=self.busy_timeout)
                 held = HeldConnections(engine)
+                owner = os.path.realpath(self.database) if self.database else None
+
+                def create(conn: Any) -> None:
+                    _create(conn, owner)
+
                 # A deferred BEGIN: an intake made before is only read, without the lock; two
                 # processes making it at once: the one that read first makes it again.
                 try:
-                    held.transaction(_create)
-                except DBAPIError:
-                    held.transaction(_create, immediate=True)
+                    try:
+                        held.transaction(create)
+                    except DBAPIError:
+                        held.transaction(create, immediate=True)
+                except IntakeOfAnotherDatabase as exc:
+                    engine.dispose()
+                    if not self._refused:
+                        self._refused = True
+                        log.error(
+                            "the intake %s is another database's (%s); set "
+                            "HOOKLEDGER_SQLITE_INTAKE_PATH to a file of this one's own",
+                            self.path,
+                            exc,
+                            extra={"action": "intake_of_another_database"},
+                        )
+                    raise
+                except BaseException:
+                    engine.dispose()
+                    raise
                 self._engine, self._held, self._pid = engine, held, os.getpid()
         assert self._held is not None
         return self._held
@@ -298,18 +334,35 @@ def file_url(path: str) -> str:
     return URL.create("sqlite", database=path).render_as_string(hide_password=False)
 
 
-def _create(conn: Any) -> None:
+def _create(conn: Any, owner: str | None = None) -> None:
+    """Make the intake's tables (if need be), and record ``owner`` as its database, or check
+    that it is: :class:`IntakeOfAnotherDatabase` if another database, still there, is."""
     tables = {
         str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
-    if {TABLE, NOTES} <= tables and _missing(conn) == []:
-        return  # made before: nothing to write
-    for statement in _CREATE:
-        conn.execute(statement)
-    # A newer hookledger may keep more inbox columns: add them to an intake made before.
-    for name in _missing(conn):
-        kind = EVENT_COLUMNS[name]
-        conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {name} {_AFFINITY.get(kind, 'TEXT')}")
+    if not ({TABLE, NOTES, OWNER} <= tables and _missing(conn) == []):
+        for statement in _CREATE:
+            conn.execute(statement)
+        # A newer hookledger may keep more inbox columns: add them to an intake made before.
+        for name in _missing(conn):
+            kind = EVENT_COLUMNS[name]
+            conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {name} {_AFFINITY.get(kind, 'TEXT')}")
+    if owner is None:
+        return
+    recorded = _owner(conn)
+    if recorded == owner:
+        return
+    if recorded is not None and os.path.exists(recorded):
+        raise IntakeOfAnotherDatabase(f"made for {recorded}")
+    # New, or made before owners were recorded, or its database moved (with it): ours.
+    conn.execute(f"DELETE FROM {OWNER}")
+    conn.execute(f"INSERT INTO {OWNER} (database) VALUES (?)", (owner,))
+
+
+def _owner(conn: Any) -> str | None:
+    """The database recorded as the intake's (``None``: none yet)."""
+    row = conn.execute(f"SELECT database FROM {OWNER} LIMIT 1").fetchone()
+    return None if row is None else str(row[0])
 
 
 def _missing(conn: Any) -> list[str]:
@@ -372,10 +425,15 @@ def read_figures(engine: Engine) -> tuple[dict[str, Waiting], str | None]:
     path = path_of(engine)
     if path is None or not os.path.exists(path):
         return {}, None
+    database = engine.url.database
     try:
         conn = sqlite3.connect(path, timeout=5.0)
         try:
             rows = conn.execute(_FIGURES).fetchall()
+            try:
+                recorded = _owner(conn)
+            except sqlite3.OperationalError:  # (made before owners were recorded)
+                recorded = None
         finally:
             conn.close()
     except sqlite3.Error as exc:
@@ -388,6 +446,13 @@ def read_figures(engine: Engine) -> tuple[dict[str, Waiting], str | None]:
             extra={"action": "intake_unreadable"},
         )
         return {}, f"{type(exc).__name__}: {str(exc)[:200]}"
+    if (
+        recorded is not None
+        and database
+        and recorded != os.path.realpath(database)
+        and os.path.exists(recorded)
+    ):
+        return {}, f"it is the intake of another database, {recorded}"
     return {str(r[0]): Waiting(int(r[1]), _time(r[2])) for r in rows}, None
 
 

@@ -237,7 +237,7 @@ class Worker:
         intake = self.store.inbox.intake
         try:
             return intake is not None and intake.any()
-        except SQLAlchemyError:
+        except (SQLAlchemyError, StorageUnavailable):
             return True  # the move says what is wrong
 
     def _move_intake(self) -> None:
@@ -282,7 +282,7 @@ class Worker:
         intake = self.store.inbox.intake
         try:
             left = intake is not None and intake.any()
-        except SQLAlchemyError:
+        except (SQLAlchemyError, StorageUnavailable):
             left = False
         if left:
             log.warning(

@@ -22,6 +22,7 @@ from flask import Flask
 
 import receiver.storage.database as db
 from receiver import WebhookReceiver
+from receiver.core.errors import StorageUnavailable
 from receiver.core.events import parse_event
 from receiver.storage.filelock import HeldTooLong, WritersLock
 from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
@@ -605,4 +606,56 @@ def test_an_intake_whose_folder_is_missing_does_not_refuse_webhooks_while_the_lo
     body = encode(build_event("payment_succeeded", event_id="evt_no_folder"))
     assert receive(store, body).result == "inserted"
     assert rows(store, "SELECT event_id FROM hookledger_event") == [("evt_no_folder",)]
+    engine.dispose()
+
+
+def test_two_databases_given_one_intake_do_not_move_each_others_webhooks(
+    tmp_path: Path,
+) -> None:
+    # Two shops on one host, one HOOKLEDGER_SQLITE_INTAKE_PATH between them (a shared env
+    # file): shop A's webhook, staged while its lock was held, was moved into shop B's
+    # database by B's next write, and B's handlers would have run on A's payment.
+    shared = str(tmp_path / "intake.sqlite3")
+    stores: dict[str, tuple[Path, Store]] = {}
+    for name in ("shop_a", "shop_b"):
+        path = tmp_path / f"{name}.sqlite3"
+        made = db.make_engine(f"sqlite:///{path}")
+        db.upgrade(made)
+        made.dispose()
+        engine = db.make_engine(f"sqlite:///{path}", sqlite_busy_timeout=5)
+        stores[name] = (path, Store(engine, write_wait=5, intake=shared))
+    (path_a, a), (_, b) = stores["shop_a"], stores["shop_b"]
+    with another_process_holds_the_lock(path_a):
+        assert receive(a, encode(build_event("payment_succeeded", event_id="evt_of_a"))).staged
+    with pytest.raises(StorageUnavailable):  # refused: 503, and status says why
+        receive(b, encode(build_event("payment_succeeded", event_id="evt_of_b")))
+    assert rows(b, "SELECT event_id FROM hookledger_event") == []
+    problems = check(b.engine, require_worker=False).problems
+    assert any("another database" in problem for problem in problems)
+    assert check(a.engine, require_worker=False).intake == 1
+    a.inbox.move_intake()
+    assert rows(a, "SELECT event_id FROM hookledger_event") == [("evt_of_a",)]
+    for _, store in stores.values():
+        store.engine.dispose()
+
+
+def test_an_intake_moved_with_its_database_is_still_its_own(tmp_path: Path) -> None:
+    # A restore elsewhere (both files copied to a new folder, the old one gone).
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    path = old / "shop.sqlite3"
+    made = db.make_engine(f"sqlite:///{path}")
+    db.upgrade(made)
+    made.dispose()
+    engine = db.make_engine(f"sqlite:///{path}", sqlite_busy_timeout=5)
+    store = Store(engine, write_wait=5)
+    with another_process_holds_the_lock(path):
+        assert receive(store, encode(build_event("payment_succeeded", event_id="evt_mv"))).staged
+    engine.dispose()
+    store.inbox.intake.close()  # type: ignore[union-attr]
+    old.rename(new)
+    engine = db.make_engine(f"sqlite:///{new / 'shop.sqlite3'}", sqlite_busy_timeout=5)
+    moved = Store(engine, write_wait=5)
+    assert moved.inbox.move_intake() == 1
+    assert rows(moved, "SELECT event_id FROM hookledger_event") == [("evt_mv",)]
     engine.dispose()
