@@ -217,6 +217,8 @@ class Inbox:
         )
         #: A SQLite file's intake (none in memory, none on PostgreSQL).
         self.intake = intake if self._writers is not None else None
+        #: Ids of intake rows the inbox refused (left there, not read again by this process).
+        self._stuck: set[int] = set()
 
     def __repr__(self) -> str:
         return f"Inbox(dialect={self._sql.name!r})"
@@ -429,9 +431,9 @@ class Inbox:
         busy: float | None = None,
         notes: Sequence[tuple[str, str]] = (),
         limit: int = MOVE_BATCH,
-    ) -> tuple[list[Inserted], int]:
-        """:meth:`_insert_transaction`, and how many deliveries it moved from the intake (at
-        most ``limit``, besides those of ``rows``' event ids).
+    ) -> tuple[list[Inserted], int, int]:
+        """:meth:`_insert_transaction`, how many deliveries it read from the intake (at most
+        ``limit``, besides those of ``rows``' event ids) and how many of them it moved.
 
         With an intake, the database's write lock is taken first (``BEGIN IMMEDIATE``) and
         the intake's lock only then, held from the read of the intake to the commit and the
@@ -442,7 +444,7 @@ class Inbox:
         another process meanwhile (making the file) is judged after this commit."""
         intake = self.intake
         if intake is None:
-            return self._write(rows, None, notes, busy), 0
+            return self._write(rows, None, notes, busy), 0, 0
         keys = {(values["account"], values["event_id"]) for values in rows}
         taken: list[tuple[list[Staged], list[tuple[str, str]]]] = []
         try:
@@ -461,16 +463,22 @@ class Inbox:
                     if not intake.exists():
                         return (), list(notes)
                     try:
-                        staged, waiting = intake.pending(limit, keys), intake.notes()
+                        staged = intake.pending(limit, keys, skip=self._stuck)
+                        waiting = intake.notes()
                     except DBAPIError as exc:
                         raise intake_failure(exc) from exc
                     taken.append((staged, waiting))
                     return staged, [*waiting, *notes]
 
-                written = self._write(rows, take, notes, busy)
-                if taken:
-                    self._forget(*taken[0])
-                return written, len(taken[0][0]) if taken else 0
+                stuck: list[Staged] = []
+                written = self._write(rows, take, notes, busy, stuck)
+                if not taken:
+                    return written, 0, 0
+                staged, waiting = taken[0]
+                left = {each.id for each in stuck}
+                moved = [each for each in staged if each.id not in left]
+                self._forget(moved, waiting)
+                return written, len(staged), len(moved)
         except TimeoutError as exc:  # another writer kept the intake's lock: busy
             raise StorageBusy() from exc
         except OSError as exc:  # the intake's lock file cannot be opened
@@ -486,14 +494,17 @@ class Inbox:
         take: Callable[[], tuple[Sequence[Staged], list[tuple[str, str]]]] | None,
         notes: Sequence[tuple[str, str]],
         busy: float | None,
+        stuck: list[Staged] | None = None,
     ) -> list[Inserted]:
         """The database's transaction of :meth:`_transaction`: ``take()``, called once the
-        database's write lock is held, gives what to move from the intake (and the notes)."""
+        database's write lock is held, gives what to move from the intake (and the notes);
+        the deliveries the inbox refused are added to ``stuck``."""
+        stuck = [] if stuck is None else stuck
 
         def on_driver(conn: Any) -> list[Inserted]:
             staged, moved_notes = take() if take is not None else ((), list(notes))
             if staged or moved_notes:
-                self._move_on(conn, staged, moved_notes)
+                stuck.extend(self._move_on(conn, staged, moved_notes))
             return [self._insert_one_on_driver(conn, values) for values in rows]
 
         # With an intake each transaction says how long to wait for SQLite's lock (the held
@@ -593,37 +604,68 @@ class Inbox:
 
     def _move_on(
         self, conn: Any, staged: Sequence[Staged], notes: Sequence[tuple[str, str]]
-    ) -> None:
+    ) -> list[Staged]:
         """Write what waited in the intake into the inbox on the sqlite3 connection ``conn``
         (in the caller's transaction), as the receive path writes a delivery: the first
         deliveries (before the deliveries they bound), then each delivery in arrival order
         with its order index rows; one whose event id is there already is a duplicate (moved
-        before: a crash came between the two commits) or a conflict (kept as such)."""
+        before: a crash came between the two commits) or a conflict (kept as such).
+
+        Each delivery is written under a savepoint: one the inbox refuses (a constraint it
+        breaks: an intake row from another hookledger version, say) is left in the intake,
+        logged, and returned, rather than failing every webhook written with the move and
+        every move after it."""
         sql = self._sql
         assert isinstance(sql, SQLiteStatements)
         now = utc_text(self.storage.now())
         for account, at in notes:
             conn.execute(FIRST_DELIVERY_SQL, (account, at, now))
+        stuck: list[Staged] = []
         for each in staged:
-            pk = sql.insert_bound_on_driver(conn, each.bound)
-            if pk is not None:
-                for path, digest in zip(each.paths, each.digests, strict=True):
-                    conn.execute(
-                        INSERT_REFERENCES_SQL, (pk, path, each["account"], digest, each["key_id"])
+            conn.execute("SAVEPOINT hookledger_move")
+            try:
+                self._move_one(conn, sql, each)
+            except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.DataError) as exc:
+                conn.execute("ROLLBACK TO hookledger_move")
+                stuck.append(each)
+                if each.id not in self._stuck:
+                    log.error(
+                        "a webhook in the intake cannot be written into the inbox (%s: %s); "
+                        "it stays in the intake",
+                        type(exc).__name__,
+                        str(exc).splitlines()[0][:200] if str(exc) else "",
+                        extra={
+                            "action": "intake_stuck",
+                            "event_id": each["event_id"],
+                            "account": each["account"],
+                        },
                     )
-                continue
-            stored = sql.stored_on_driver(conn, *each.key)
-            if stored is None:  # ignored, yet not there: cannot be, under the write lock
-                raise RuntimeError("an insert was ignored for a row that is not stored")
-            values = {
-                name: each[name]
-                for name in ("account", "event_id", "event_type", "source", "body")
-                + ("body_sha256", "key_id")
-            }
-            if self._judge(values, stored) == "conflict":
-                conn.execute(INSERT_CONFLICT_SQL, [each[name] for name in CONFLICT_COLUMNS])
-                if each.answer != "conflict":  # (a conflict was logged when it was answered)
-                    _log_conflict(values)
+            finally:
+                conn.execute("RELEASE hookledger_move")
+        self._stuck.update(each.id for each in stuck)
+        return stuck
+
+    def _move_one(self, conn: Any, sql: SQLiteStatements, each: Staged) -> None:
+        """One delivery of :meth:`_move_on`."""
+        pk = sql.insert_bound_on_driver(conn, each.bound)
+        if pk is not None:
+            for path, digest in zip(each.paths, each.digests, strict=True):
+                conn.execute(
+                    INSERT_REFERENCES_SQL, (pk, path, each["account"], digest, each["key_id"])
+                )
+            return
+        stored = sql.stored_on_driver(conn, *each.key)
+        if stored is None:  # ignored, yet not there: cannot be, under the write lock
+            raise RuntimeError("an insert was ignored for a row that is not stored")
+        values = {
+            name: each[name]
+            for name in ("account", "event_id", "event_type", "source", "body")
+            + ("body_sha256", "key_id")
+        }
+        if self._judge(values, stored) == "conflict":
+            conn.execute(INSERT_CONFLICT_SQL, [each[name] for name in CONFLICT_COLUMNS])
+            if each.answer != "conflict":  # (a conflict was logged when it was answered)
+                _log_conflict(values)
 
     def _forget(self, staged: Sequence[Staged], notes: Sequence[tuple[str, str]]) -> None:
         """Delete from the intake what the inbox holds now. A failure only leaves them
@@ -657,9 +699,9 @@ class Inbox:
         moved = 0
         while True:
             with nullcontext() if writers_held else self._writers.hold(self._write_wait):
-                count = self._transaction([])[1]
+                _, read, count = self._transaction([])
             moved += count
-            if count < MOVE_BATCH:
+            if read < MOVE_BATCH:
                 return moved
 
     def note_first_delivery(self, at: datetime, *, account: str = DEFAULT_ACCOUNT) -> None:

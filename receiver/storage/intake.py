@@ -298,13 +298,17 @@ class Intake:
         rows = self._connections().fetchall(_ANY, ())
         return bool(rows and rows[0][0])
 
-    def pending(self, limit: int, keys: Collection[tuple[str, str]] = ()) -> list[Staged]:
-        """The ``limit`` first deliveries (in arrival order), and any of ``keys`` (account,
-        event id) besides; read without a transaction (the caller holds :meth:`hold`, so
-        nothing comes or goes meanwhile)."""
+    def pending(
+        self, limit: int, keys: Collection[tuple[str, str]] = (), *, skip: Collection[int] = ()
+    ) -> list[Staged]:
+        """The ``limit`` first deliveries (in arrival order) but those of ``skip`` (ids), and
+        any of ``keys`` (account, event id) besides; read without a transaction (the caller
+        holds :meth:`hold`, so nothing comes or goes meanwhile)."""
         held = self._connections()
-        where = f"id IN (SELECT id FROM {TABLE} ORDER BY id LIMIT ?)"
-        params: list[Any] = [limit]
+        ids = sorted(skip)
+        others = f" WHERE id NOT IN ({', '.join('?' * len(ids))})" if ids else ""
+        where = f"id IN (SELECT id FROM {TABLE}{others} ORDER BY id LIMIT ?)"
+        params: list[Any] = [*ids, limit]
         if keys:
             pairs = sorted(keys)
             where += f" OR (account, event_id) IN (VALUES {', '.join(['(?, ?)'] * len(pairs))})"

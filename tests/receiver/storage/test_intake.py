@@ -659,3 +659,29 @@ def test_an_intake_moved_with_its_database_is_still_its_own(tmp_path: Path) -> N
     assert moved.inbox.move_intake() == 1
     assert rows(moved, "SELECT event_id FROM hookledger_event") == [("evt_mv",)]
     engine.dispose()
+
+
+def test_a_webhook_the_inbox_refuses_stays_in_the_intake_and_blocks_nothing(
+    store: Store, database: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An intake row the inbox's constraints refuse (here a NOT NULL column left empty, as a
+    # row staged by another hookledger version could be): the move wrote it in the same
+    # transaction as every webhook that got the lock, so every webhook was refused and
+    # every move failed, the worker's too, for good.
+    with another_process_holds_the_lock(database):
+        assert receive(store, encode(build_event("payment_succeeded", event_id="evt_bad"))).staged
+        assert receive(store, encode(build_event("payment_succeeded", event_id="evt_ok"))).staged
+    conn = sqlite3.connect(f"{database}-intake")
+    conn.execute("UPDATE hookledger_intake SET status = NULL WHERE event_id = 'evt_bad'")
+    conn.commit()
+    conn.close()
+    later = receive(store, encode(build_event("payment_succeeded", event_id="evt_later")))
+    assert later.result == "inserted" and not later.staged
+    assert rows(store, "SELECT event_id FROM hookledger_event ORDER BY id") == [
+        ("evt_ok",),
+        ("evt_later",),
+    ]
+    assert intake_rows(database) == [("evt_bad", "inserted")]  # kept, counted as pending
+    assert any(r.__dict__.get("action") == "intake_stuck" for r in caplog.records)
+    assert store.inbox.move_intake() == 0
+    assert check(store.engine, require_worker=False).intake == 1
