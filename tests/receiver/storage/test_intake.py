@@ -685,3 +685,33 @@ def test_a_webhook_the_inbox_refuses_stays_in_the_intake_and_blocks_nothing(
     assert any(r.__dict__.get("action") == "intake_stuck" for r in caplog.records)
     assert store.inbox.move_intake() == 0
     assert check(store.engine, require_worker=False).intake == 1
+
+
+def test_an_intake_deleted_while_in_use_is_not_written_where_nobody_looks(
+    store: Store, database: Path
+) -> None:
+    # An operator deletes the intake's files (taking them for scratch files) while a web
+    # process has the intake open: that process went on storing webhooks in the deleted
+    # file, answered 200, where no worker and no `hookledger status` would ever see them
+    # (lost when it restarts).
+    with another_process_holds_the_lock(database):
+        assert receive(store, encode(build_event("payment_succeeded", event_id="evt_d_1"))).staged
+    for each in database.parent.glob(f"{database.name}-intake*"):
+        if not each.name.endswith("-hookledger-writers"):
+            each.unlink()
+    with another_process_holds_the_lock(database):
+        with pytest.raises(StorageUnavailable):  # 503: the processor sends it again
+            receive(store, encode(build_event("payment_succeeded", event_id="evt_d_2")))
+    # The next write that gets the lock moves what the deleted file held into the inbox.
+    assert not receive(store, encode(build_event("payment_succeeded", event_id="evt_d_3"))).staged
+    assert rows(store, "SELECT event_id FROM hookledger_event ORDER BY id") == [
+        ("evt_d_1",),
+        ("evt_d_3",),
+    ]
+    # From then on the file at the path is used, seen by the others.
+    with another_process_holds_the_lock(database):
+        assert receive(store, encode(build_event("payment_succeeded", event_id="evt_d_4"))).staged
+    assert figures_of(store.engine)["default"].count == 1
+    other = Store(db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=5), write_wait=5)
+    assert other.inbox.move_intake() == 1
+    other.engine.dispose()
