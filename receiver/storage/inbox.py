@@ -447,6 +447,7 @@ class Inbox:
             return self._write(rows, None, notes, busy), 0, 0
         keys = {(values["account"], values["event_id"]) for values in rows}
         taken: list[tuple[list[Staged], list[tuple[str, str]]]] = []
+        replaced: list[bool] = []
         try:
             with ExitStack() as held:
 
@@ -463,7 +464,13 @@ class Inbox:
                     if not intake.exists():
                         return (), list(notes)
                     try:
-                        staged = intake.pending(limit, keys, skip=self._stuck)
+                        if intake.replaced():
+                            # Deleted or replaced while in use: all it holds, then the file
+                            # at the path from the next write on.
+                            replaced.append(True)
+                            staged = intake.pending(2**31, keys, skip=self._stuck)
+                        else:
+                            staged = intake.pending(limit, keys, skip=self._stuck)
                         waiting = intake.notes()
                     except DBAPIError as exc:
                         raise intake_failure(exc) from exc
@@ -478,6 +485,16 @@ class Inbox:
                 left = {each.id for each in stuck}
                 moved = [each for each in staged if each.id not in left]
                 self._forget(moved, waiting)
+                if replaced and not stuck:
+                    log.warning(
+                        "the intake %s was deleted or replaced while in use: what this "
+                        "process held in it is in the inbox now; the file at the path is "
+                        "used from now on",
+                        intake.path,
+                        extra={"action": "intake_reopened"},
+                    )
+                    intake.close()
+                    self._stuck.clear()
                 return written, len(staged), len(moved)
         except TimeoutError as exc:  # another writer kept the intake's lock: busy
             raise StorageBusy() from exc
@@ -568,6 +585,7 @@ class Inbox:
         assert intake is not None
         try:
             with intake.hold(self._write_wait):
+                intake.check_current()
                 return intake.transaction(
                     lambda conn: [self._stage_one(conn, values) for values in rows]
                 )
@@ -722,6 +740,7 @@ class Inbox:
             raise StorageUnavailable() from exc
         try:
             with intake.hold(self._write_wait):
+                intake.check_current()
                 intake.note(*note)
         except TimeoutError as exc:  # another writer kept the intake's lock: busy
             raise StorageBusy() from exc

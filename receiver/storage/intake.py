@@ -122,6 +122,13 @@ class IntakeUnreadable(StorageUnavailable):
     events meanwhile (see :func:`failure`)."""
 
 
+class IntakeReplaced(IntakeUnreadable):
+    """The intake file this process has open was deleted or replaced (by an operator, a
+    restore) while in use: nothing is stored in it any more, since no other process would
+    see it; what it holds is moved into the inbox by this process's next write that gets
+    the database's lock, and the file at the path is used from then on."""
+
+
 class IntakeOfAnotherDatabase(IntakeUnreadable):
     """The intake file was made for another database, which is still there (two
     installations given one ``HOOKLEDGER_SQLITE_INTAKE_PATH``): its webhooks must not be
@@ -180,6 +187,8 @@ class Intake:
         self.busy_timeout = busy_timeout
         self.database = database
         self._refused = False
+        #: The file this process has open (device, inode), to tell when the path's changed.
+        self._identity: tuple[int, int] | None = None
         self._lock = WritersLock(path + LOCK_SUFFIX)
         self._guard = threading.Lock()
         self._engine: Engine | None = None
@@ -192,6 +201,25 @@ class Intake:
     def exists(self) -> bool:
         """Whether the file is there (nothing was ever staged otherwise: nothing to read)."""
         return self._held is not None or os.path.exists(self.path)
+
+    def replaced(self) -> bool:
+        """Whether the file this process has open is no longer the one at the path (deleted
+        or replaced while in use)."""
+        if self._held is None or self._pid != os.getpid() or self._identity is None:
+            return False
+        return _identity(self.path) != self._identity
+
+    def check_current(self) -> None:
+        """:class:`IntakeReplaced` (logged) if the file this process has open is no longer
+        the one at the path: a delivery must not be stored where no other process looks."""
+        if self.replaced():
+            log.error(
+                "the intake %s was deleted or replaced while in use: webhooks are refused "
+                "until this process moves what it holds into the inbox",
+                self.path,
+                extra={"action": "intake_replaced"},
+            )
+            raise IntakeReplaced(f"{self.path} was deleted or replaced")
 
     def hold(self, timeout: float) -> AbstractContextManager[None]:
         """The intake's writers' lock (every write to the intake, and every write to the
@@ -235,6 +263,7 @@ class Intake:
                 except BaseException:
                     engine.dispose()
                     raise
+                self._identity = _identity(self.path)
                 self._engine, self._held, self._pid = engine, held, os.getpid()
         assert self._held is not None
         return self._held
@@ -330,6 +359,15 @@ class Intake:
             engine, self._engine, self._held = self._engine, None, None
         if engine is not None:
             engine.dispose()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file at ``path``: (device, inode); ``None`` if there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino)
 
 
 def file_url(path: str) -> str:
