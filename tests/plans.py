@@ -109,6 +109,10 @@ class Planner:
         finally:
             cur.execute("ROLLBACK")
 
+    def kept(self, statement: str, params: dict[str, Any]) -> Any:
+        """The kept generic plan, as planned (not run)."""
+        return self._run(self._cursor(), statement, params, analyze=False)
+
     def generic(self, statement: str, params: dict[str, Any]) -> Any:
         """The kept generic plan, run (and rolled back) with ``params``."""
         return self._run(self._cursor(), statement, params, analyze=True)
@@ -144,6 +148,30 @@ def read_in_full(plan: Any, limit: int, big: Iterable[str]) -> set[str]:
         if node["Node Type"] == "Seq Scan" or touched > limit:
             found.add(table)
     return found
+
+
+def sequential_scans(plan: Any, big: Iterable[str]) -> set[str]:
+    """The big tables some node of ``plan`` (run or not) scans sequentially."""
+    big = set(big)
+    return {
+        node["Relation Name"]
+        for node in _nodes(plan)
+        if node["Node Type"] == "Seq Scan" and node.get("Relation Name") in big
+    }
+
+
+def whole_index_reads(plan: Any, big: Iterable[str]) -> set[str]:
+    """The indexes of the big tables some node of ``plan`` reads whole: a bitmap index scan
+    with no index condition (it reads every entry, the dead ones of rows that no longer
+    match a partial index's predicate included, until a vacuum removes them)."""
+    big = set(big)
+    return {
+        node["Index Name"]
+        for node in _nodes(plan)
+        if node["Node Type"] == "Bitmap Index Scan"
+        and "Index Cond" not in node
+        and _table_of_index(node.get("Index Name"), big) is not None
+    }
 
 
 def _table_of_index(index: str | None, tables: set[str]) -> str | None:

@@ -128,11 +128,7 @@ class Queue:
             claimed = self._mark_claimed(conn, heads[:limit], owner, expires)
             returned = set(leased) - {c.object_key for c in claimed}
             if returned:
-                conn.execute(
-                    delete(LEASE).where(
-                        self._sql.among(LEASE.c.object_key, returned), LEASE.c.owner == owner
-                    )
-                )
+                self._sql.give_back_leases(conn, sorted(returned), owner)
         return claimed
 
     def _candidates(self, conn: Connection, now: datetime, scan: int) -> dict[str, int]:
@@ -166,12 +162,7 @@ class Queue:
         now = self.storage.now()
         expires = now + timedelta(seconds=lease_seconds)
         with self.storage.engine.begin() as conn:
-            head = conn.execute(
-                select(EVENT.c.id, EVENT.c.next_attempt_at)
-                .where(EVENT.c.object_key == object_key, self._sql.open_of_objects)
-                .order_by(EVENT.c.event_time, EVENT.c.id)
-                .limit(1)
-            ).first()
+            head = self._sql.heads(conn, [object_key]).get(object_key)
             if head is None or as_utc(head.next_attempt_at) > now:
                 return None
             leased = self._take_object_leases(conn, [object_key], owner, now, expires)
@@ -254,20 +245,7 @@ class Queue:
         self, conn: Connection, keys: list[str], candidates: dict[str, int], now: datetime
     ) -> list[Any]:
         """The claimable head event of each of ``keys`` (in ``keys`` order)."""
-        ranked = (
-            select(
-                EVENT,
-                func.row_number()
-                .over(partition_by=EVENT.c.object_key, order_by=(EVENT.c.event_time, EVENT.c.id))
-                .label("position"),
-            )
-            .where(self._sql.among(EVENT.c.object_key, keys), self._sql.open_of_objects)
-            .subquery()
-        )
-        rows = {
-            row.object_key: row
-            for row in conn.execute(select(ranked).where(ranked.c.position == 1))
-        }
+        rows = self._sql.heads(conn, keys)
         # A head that is not a due candidate of ours waits (its retry is not due) or, on
         # PostgreSQL, may be locked by another claimer: lock it without waiting.
         others = [

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import Connection, CursorResult, Select, Table
+from sqlalchemy import Connection, CursorResult, Select, Table, delete, func, select
+
+from receiver.storage.sql.tables import EVENT, LEASE
 
 #: Runs one statement with the driver's own placeholders as its own transaction; its rows.
 Fetchall = Callable[[str, Mapping[str, Any]], list[tuple[Any, ...]]]
@@ -149,6 +151,31 @@ class Statements(ABC):
         """The "open event" condition for reads of given objects' events (``object_key IN
         ...``): written so that the object index serves them, never an index over every
         open event (whose size is the backlog's)."""
+
+    def heads(self, conn: Connection, object_keys: Sequence[str]) -> dict[str, Any]:
+        """The head of each of ``object_keys`` that has an open event: its earliest open
+        event (event time, then id), every column, by object key. Read through the object
+        index (an object has few events), never an index over every open event."""
+        ranked = (
+            select(
+                EVENT,
+                func.row_number()
+                .over(partition_by=EVENT.c.object_key, order_by=(EVENT.c.event_time, EVENT.c.id))
+                .label("position"),
+            )
+            .where(self.among(EVENT.c.object_key, object_keys), self.open_of_objects)
+            .subquery()
+        )
+        return {
+            row.object_key: row
+            for row in conn.execute(select(ranked).where(ranked.c.position == 1))
+        }
+
+    def give_back_leases(self, conn: Connection, object_keys: Sequence[str], owner: str) -> None:
+        """Delete ``owner``'s leases of ``object_keys`` (a claim's leases it did not use)."""
+        conn.execute(
+            delete(LEASE).where(self.among(LEASE.c.object_key, object_keys), LEASE.c.owner == owner)
+        )
 
     @abstractmethod
     def skip_locked(self, query: Select[Any]) -> Select[Any]:

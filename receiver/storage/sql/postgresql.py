@@ -116,6 +116,33 @@ WAITING_OBJECTS = text(
     "WHERE o.status IN ('pending', 'processing') LIMIT 1) AS waiting"
 )
 
+#: Each object's head: its earliest open event (event time, then id), every column. A probe
+#: of the object index per key, in that order, the status tested above an ``OFFSET 0`` fence
+#: (as :data:`WAITING_OBJECTS`): ``object_key = ANY(...)`` with the status term, kept as a
+#: generic plan made on a new ledger, ANDed a bitmap of the whole open-events index into the
+#: read. Without a vacuum (autovacuum behind) that index keeps an entry for every event ever
+#: claimed: at each claim it read them all, a cost that grew with the done history (100,000
+#: done events: 660 pages per claim).
+HEADS = text(
+    f"SELECT {', '.join(f'h.{c.name}' for c in EVENT.c)}"
+    " FROM unnest(CAST(:keys AS text[])) AS k CROSS JOIN LATERAL (SELECT o.* FROM"
+    " (SELECT e.* FROM hookledger_event AS e WHERE e.object_key = k"
+    " ORDER BY e.event_time, e.id OFFSET 0) AS o"
+    " WHERE o.status IN ('pending', 'processing') LIMIT 1) AS h"
+).columns(*EVENT.c)
+
+#: A claim's unused leases given back: each found by a probe of the lease table's key, then
+#: deleted by its row address. ``object_key = ANY(...)`` was planned, generically, while the
+#: table was a page: a sequential scan, kept while the table fills with the deleted leases
+#: of every object ever claimed until a vacuum (autovacuum behind: 1,900 pages read per claim
+#: after 100,000 events, the largest part of the dispatch's slowdown as its history grew).
+GIVE_BACK_LEASES = text(
+    "DELETE FROM hookledger_object_lease AS lease USING (SELECT l.ctid AS tid"
+    " FROM unnest(CAST(:keys AS text[])) AS k CROSS JOIN LATERAL (SELECT ctid"
+    " FROM hookledger_object_lease WHERE object_key = k AND owner = :owner LIMIT 1) AS l)"
+    " AS mine WHERE lease.ctid = mine.tid"
+)
+
 TAKE_LEASES = text(
     "INSERT INTO hookledger_object_lease (object_key, owner, expires_at) "
     "SELECT k, :owner, :expires FROM unnest(CAST(:keys AS text[])) AS k "
@@ -399,6 +426,14 @@ class PostgreSQLStatements(Statements):
     @property
     def open_of_objects(self) -> Any:
         return OPEN_SQL
+
+    def heads(self, conn: Connection, object_keys: Sequence[str]) -> dict[str, Any]:
+        if not object_keys:
+            return {}
+        return {row.object_key: row for row in conn.execute(HEADS, {"keys": list(object_keys)})}
+
+    def give_back_leases(self, conn: Connection, object_keys: Sequence[str], owner: str) -> None:
+        conn.execute(GIVE_BACK_LEASES, {"keys": list(object_keys), "owner": owner})
 
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         return query.with_for_update(skip_locked=True)

@@ -35,6 +35,8 @@ from tests.plans import (
     capture,
     no_statistics,
     read_in_full,
+    sequential_scans,
+    whole_index_reads,
 )
 
 pytestmark = PLAN_MARKS
@@ -158,6 +160,161 @@ def test_worker_statements_stay_on_indexes_as_the_history_grows(
             )
         ).scalar_one()
     assert left == 0
+
+
+#: Done events for the claim's plans: the history of a long drain (issue 29, item 6).
+DONE_HISTORY = 100_000
+
+
+def _fill_done_history(engine: sa.Engine, n: int) -> None:
+    """``n`` done events left as a worker leaves them when nothing vacuums: each row went
+    pending, then processing, then done (its old versions, and their entries in the
+    open-events index, stay until a vacuum), with its transition, projection and ledger
+    row; and the lease of each object, taken and deleted again (the dead rows stay too)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO hookledger_event (event_id, source, event_type, object_kind,"
+                " object_id, object_status, object_key, event_time, received_at, body, headers,"
+                " body_sha256, status, attempts, next_attempt_at)"
+                " SELECT 'evt_done_' || g, 'webhook', 'payment_succeeded', 'payment',"
+                " 'pay_done_' || g, 'succeeded', 'payment:pay_done_' || g,"
+                " now() - interval '1 hour', now() - interval '1 hour',"
+                " convert_to(repeat('x', 100), 'UTF8'), '{}', md5(g::text), 'pending', 0,"
+                " now() - interval '1 hour' + g * interval '1 millisecond'"
+                " FROM generate_series(1, :n) AS g"
+            ),
+            {"n": n},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO hookledger_object_lease (object_key, owner, expires_at)"
+                " SELECT 'payment:pay_done_' || g, 'old-worker', now()"
+                " FROM generate_series(1, :n) AS g"
+            ),
+            {"n": n},
+        )
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE hookledger_event SET status = 'processing', attempts = 1,"
+                " lease_owner = 'old-worker', lease_expires_at = now()"
+                " WHERE event_id LIKE 'evt_done_%'"
+            )
+        )
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE hookledger_event SET status = 'done', lease_owner = NULL,"
+                " lease_expires_at = NULL, processed_at = now() WHERE event_id LIKE 'evt_done_%'"
+            )
+        )
+        conn.execute(sa.text("DELETE FROM hookledger_object_lease WHERE owner = 'old-worker'"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO hookledger_transition (object_kind, object_id, state, event_pk,"
+                " created_at) SELECT 'payment', 'pay_done_' || g, 'succeeded', g, now()"
+                " FROM generate_series(1, :n) AS g ON CONFLICT DO NOTHING"
+            ),
+            {"n": n},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO hookledger_projection (object_kind, object_id, status, event_time,"
+                " event_pk, updated_at) SELECT 'payment', 'pay_done_' || g, 'succeeded', now(),"
+                " g, now() FROM generate_series(1, :n) AS g ON CONFLICT DO NOTHING"
+            ),
+            {"n": n},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO hookledger_handler_run (event_pk, handler, status, attempts,"
+                " updated_at) SELECT g, 'bench.noop', 'succeeded', 1, now()"
+                " FROM generate_series(1, :n) AS g ON CONFLICT DO NOTHING"
+            ),
+            {"n": n},
+        )
+
+
+def _claim(store: Store, captured: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The statements (and their parameters) of one claim of 16 events, given back after:
+    it leases twice the batch's objects and gives the unused leases back."""
+    captured.clear()
+    claimed = store.queue.claim_batch("plans-worker", 60, limit=16)
+    statements = dict(captured)
+    assert len(claimed) == 16
+    for event in claimed:
+        store.queue.release(event)
+    return statements
+
+
+def test_claim_statements_stay_on_indexes_over_100k_done_events(
+    engine: sa.Engine, store: Store, captured: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """Issue 29, item 6: a worker drained batch after batch on top of its done history, and
+    nothing vacuumed or analysed. Two of a claim's statements read what every done event
+    left behind, so the claim's cost grew with the history: the heads (the earliest open
+    event of each leased object) ANDed a bitmap of the whole open-events index into their
+    read, its entries of every event ever claimed included; the claim's unused leases were
+    given back by a sequential scan of the lease table, the deleted leases of every object
+    ever claimed included (plans made, generically, while both were small, then kept).
+
+    A claim's statements are planned on a new ledger (generic plans, as a worker's connection
+    keeps them): none may scan the inbox, its history or the lease table sequentially. Then,
+    after 100,000 done events, run with those plans and with plans made afresh, none may scan
+    them sequentially, read an index of theirs whole, or read more than a claim's worth of
+    rows.
+    """
+    no_statistics(engine, TABLES)
+    _insert_due(store, PENDING, prefix="early")
+    early = _claim(store, captured)
+    assert any("hookledger_object_lease" in s and s.lstrip().startswith("DELETE") for s in early)
+    big = BIG | {"hookledger_object_lease"}
+    planner = Planner(engine)
+    try:
+        planner.prepare(early)
+        # A plan made now is kept while the tables grow: none may scan one sequentially.
+        kept = {
+            " ".join(statement.split())[:160]: sorted(tables)
+            for statement, params in early.items()
+            if (tables := sequential_scans(planner.kept(statement, params), big))
+        }
+        assert kept == {}, json.dumps(kept, indent=1)
+        _fill_done_history(engine, DONE_HISTORY)
+        late = _claim(store, captured)
+        problems = []
+        for statement, params in late.items():
+            plans = {"custom": planner.custom(statement, params)}
+            if statement in early:
+                plans["generic (made on the new ledger)"] = planner.generic(statement, params)
+            summary = " ".join(statement.split())[:160]
+            for mode, plan in plans.items():
+                if tables := read_in_full(plan, 1000, big):
+                    problems.append(f"{mode}: {sorted(tables)} in {summary}")
+                if indexes := whole_index_reads(plan, big):
+                    problems.append(f"{mode}: whole {sorted(indexes)} in {summary}")
+        assert problems == [], json.dumps(problems, indent=1)
+    finally:
+        planner.close()
+    registry = Registry()
+    registry.on_any(name="bench.noop")(lambda event: None)
+    Worker(store, registry).drain()
+    with engine.connect() as conn:
+        left = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM hookledger_event WHERE status IN ('pending', 'processing')"
+            )
+        ).scalar_one()
+        stats = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_statistic AS s JOIN pg_class AS c ON c.oid = s.starelid"
+                " WHERE c.relname = ANY(:tables)"
+                " AND c.relnamespace = to_regnamespace(current_schema())"
+            ),
+            {"tables": list(TABLES)},
+        ).scalar_one()
+    assert left == 0
+    assert stats == 0
 
 
 def test_history_has_no_statistics(engine: sa.Engine) -> None:
