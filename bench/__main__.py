@@ -17,6 +17,7 @@ from bench.common import GunicornConfig, Section, environment_facts, log, temp_d
 from bench.dispatch import DispatchConfig
 from bench.drain import DrainConfig
 from bench.endtoend import EndToEndConfig
+from bench.growing import GrowingConfig
 from bench.receive import ReceiveConfig
 from bench.reconcile import ReconcileConfig
 from bench.reconcile_accounts import AccountsConfig
@@ -99,6 +100,7 @@ def configs(
             slice_events=1_000 if quick else 10_000,
             steady_seconds=5.0 if quick else 20.0,
         ),
+        growing=GrowingConfig(batches=4 if quick else 10, events=2_000 if quick else 10_000),
         accounts=100 if quick else 1000,
         fairness=FairnessConfig(
             flood=10_000 if quick else 100_000, quiet_seconds=5.0 if quick else 20.0
@@ -116,10 +118,11 @@ def configs(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    needs_wrk = not args.only or "receive" in args.only or "endtoend" in args.only
+    needs_wrk = not args.only or {"receive", "endtoend", "dispatch"} & set(args.only)
     if shutil.which("wrk") is None and needs_wrk:
         print(
-            "bench: wrk is required for the receive and endtoend benches (apt-get install wrk)",
+            "bench: wrk is required for the receive, dispatch and endtoend benches"
+            " (apt-get install wrk)",
             file=sys.stderr,
         )
         return 2

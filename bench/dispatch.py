@@ -45,6 +45,7 @@ from bench.common import (
     pg_commits,
 )
 from bench.drain import DrainConfig
+from bench.growing import GrowingConfig
 from bench.inbox_fill import chain_events, fill_inbox
 
 TARGET = 1000.0
@@ -74,6 +75,9 @@ class DispatchConfig:
     profile_seconds: float = 6.0
     #: The history drains and the steady states (:mod:`bench.drain`); ``None``: skipped.
     drain: DrainConfig | None = DrainConfig()
+    #: Batches drained on top of a growing done history (:mod:`bench.growing`); ``None``:
+    #: skipped.
+    growing: GrowingConfig | None = GrowingConfig()
     #: The several-accounts drain (:mod:`bench.accounts`): how many accounts (0: skipped).
     accounts: int = 1000
     #: The fairness run (:mod:`bench.accounts`); ``None``: skipped.
@@ -349,6 +353,10 @@ def run(cfg: DispatchConfig, workdir: Path) -> Section:
                 from bench import drain
 
                 drain.run(cfg.drain, section, workdir)
+            if cfg.growing is not None:
+                from bench import growing
+
+                growing.run(cfg.growing, section, workdir)
             if cfg.fairness is not None:
                 accounts.fairness_rows(cfg.fairness, section, workdir)
             missed = [row for row in section.rows if not row.met]
