@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +213,10 @@ def _run(
             f"demo: the shop already trades: {len(legacy)} orders paid and shipped before "
             "hookledger"
         )
-        adopt = _reconcile(env, "adopt", "--json")
+        # No webhook has reached hookledger yet: adoption is told when the deploy is (now:
+        # the processor's webhook URL is pointed at the shop right after it).
+        deploy = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        adopt = _reconcile(env, "adopt", "--deployed-at", deploy, "--json")
         if adopt is None:
             return 2
         recorded = sum(k["recorded_total"] for k in adopt["kinds"].values())

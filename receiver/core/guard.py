@@ -61,27 +61,35 @@ class CutOver:
     ``at``: when adoption began reading. ``first_delivery``: the first webhook delivery
     hookledger stored or was attempted with (a signed request, even one answered 503), if
     any: the deploy that pointed the processor at hookledger came before it.
+    ``deployed_at``: that deploy, as the operator stated it to adoption's first run
+    (``reconcile adopt --deployed-at``), if stated.
     """
 
     at: datetime
     recorded_at: datetime
     first_delivery: datetime | None = None
+    deployed_at: datetime | None = None
 
     @property
     def history_ends(self) -> datetime:
-        """Where the earlier system's history ends: the cut-over, or, when hookledger was
-        sent webhooks before it, ``DELIVERY_SLACK`` before the first of them. Everything at
-        or after it was sent to hookledger (the processor's first attempt at an event
-        follows it within seconds, and a retry carries the event's original time).
+        """Where the earlier system's history ends: the cut-over, or the deploy when one
+        was stated before it, or, when hookledger was sent webhooks before that,
+        ``DELIVERY_SLACK`` before the first of them. Everything at or after it was sent to
+        hookledger (the processor's first attempt at an event follows it within seconds,
+        and a retry carries the event's original time).
 
-        Only a delivery *before* the cut-over moves history's end back (the deploy came
-        before adoption). A first delivery after it tells nothing about the deploy: it may
-        be the processor's retry of an event the earlier system handled (a delivery the
-        deploy made fail), which adoption recorded as seen; taking it would move history's
-        end back before the cut-over and dispatch that event again."""
-        if self.first_delivery is None or self.first_delivery >= self.at:
-            return self.at
-        return min(self.at, self.first_delivery - DELIVERY_SLACK)
+        Only a delivery *before* the cut-over (and before the stated deploy) moves
+        history's end back (the deploy came before it). A first delivery after it tells
+        nothing about the deploy: it may be the processor's retry of an event the earlier
+        system handled (a delivery the deploy made fail), which adoption recorded as seen;
+        taking it would move history's end back before the cut-over and dispatch that
+        event again."""
+        ends = self.at
+        if self.deployed_at is not None and self.deployed_at < ends:
+            ends = self.deployed_at
+        if self.first_delivery is not None and self.first_delivery < ends:
+            ends = self.first_delivery - DELIVERY_SLACK
+        return ends
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

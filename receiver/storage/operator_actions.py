@@ -30,6 +30,7 @@ from receiver.storage.sql.tables import CONFLICT, CUTOVER, EVENT, HANDLER_RUN, O
 from receiver.storage.tables import (
     CUTOVER_NAME,
     DEFERRED_PREFIX,
+    DEPLOYED_NAME,
     FIRST_DELIVERY_NAME,
     EventStatus,
     HandlerRun,
@@ -68,8 +69,8 @@ def read_cutover(conn: Connection, account: str = DEFAULT_ACCOUNT) -> guard.CutO
 
 
 def read_cutovers(conn: Connection, accounts: Collection[str]) -> dict[str, guard.CutOver]:
-    """The cut-overs of those of ``accounts`` that were adopted (read with every batch: two
-    tiny rows per account of the batch)."""
+    """The cut-overs of those of ``accounts`` that were adopted (read with every batch: up
+    to three tiny rows per account of the batch)."""
     rows: dict[tuple[str, str], Any] = {
         (row.account, row.name): row
         for row in conn.execute(
@@ -77,7 +78,7 @@ def read_cutovers(conn: Connection, accounts: Collection[str]) -> dict[str, guar
                 CUTOVER.c.account, CUTOVER.c.name, CUTOVER.c.cutover_at, CUTOVER.c.recorded_at
             ).where(
                 CUTOVER.c.account.in_(sorted(set(accounts))),
-                CUTOVER.c.name.in_([CUTOVER_NAME, FIRST_DELIVERY_NAME]),
+                CUTOVER.c.name.in_([CUTOVER_NAME, FIRST_DELIVERY_NAME, DEPLOYED_NAME]),
             )
         )
     }
@@ -87,11 +88,15 @@ def read_cutovers(conn: Connection, accounts: Collection[str]) -> dict[str, guar
         if row is None or row.cutover_at is None:
             continue
         first = rows.get((account, FIRST_DELIVERY_NAME))
+        deployed = rows.get((account, DEPLOYED_NAME))
         found[account] = guard.CutOver(
             at=as_utc(row.cutover_at),
             recorded_at=as_utc(row.recorded_at),
             first_delivery=as_utc(first.cutover_at)
             if first is not None and first.cutover_at is not None
+            else None,
+            deployed_at=as_utc(deployed.cutover_at)
+            if deployed is not None and deployed.cutover_at is not None
             else None,
         )
     return found
@@ -400,6 +405,22 @@ class Operations:
                 )
             ).scalar()
         return as_utc(value) if value is not None else None
+
+    def record_deployed(self, at: datetime, *, account: str = DEFAULT_ACCOUNT) -> None:
+        """Keep ``at`` as the account's deploy (``reconcile adopt --deployed-at``), stated to
+        adoption's first run: written once, never moved (an existing one is kept)."""
+        with self.storage.engine.begin() as conn:
+            conn.execute(
+                self._sql.insert(CUTOVER)
+                .values(
+                    account=account,
+                    name=DEPLOYED_NAME,
+                    mode="deployed",
+                    cutover_at=as_utc(at),
+                    recorded_at=self.storage.now(),
+                )
+                .on_conflict_do_nothing(index_elements=["account", "name"])
+            )
 
     def first_stored_webhook(self, *, account: str = DEFAULT_ACCOUNT) -> datetime | None:
         """When the account's first webhook still in the inbox was received (one scan, for

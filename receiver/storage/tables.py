@@ -294,6 +294,10 @@ CUTOVER_NAME = "cutover"
 #: The row of ``hookledger_cutover`` that keeps the first webhook delivery hookledger stored
 #: or was attempted with (``mode`` ``delivery``, the time in ``cutover_at``).
 FIRST_DELIVERY_NAME = "first_delivery"
+#: The row of ``hookledger_cutover`` that keeps the deploy that pointed the processor at
+#: hookledger, as the operator stated it to adoption's first run (``reconcile adopt
+#: --deployed-at``; ``mode`` ``deployed``, the time in ``cutover_at``).
+DEPLOYED_NAME = "deployed"
 
 
 class CutOver(Base, table=True):
@@ -310,7 +314,9 @@ class CutOver(Base, table=True):
     ``cutover_at``, the first webhook delivery hookledger stored or was attempted with: the
     deploy that pointed the processor at hookledger came before it, so the earlier system's
     history ends there if that is earlier than the cut-over (see
-    :attr:`receiver.core.guard.CutOver.history_ends`).
+    :attr:`receiver.core.guard.CutOver.history_ends`). A third (``name = 'deployed'``,
+    ``mode = 'deployed'``) keeps the deploy the operator stated to adoption's first run
+    (``reconcile adopt --deployed-at``): the history ends there if that is earlier.
     """
 
     __tablename__ = "hookledger_cutover"

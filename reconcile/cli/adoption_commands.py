@@ -57,6 +57,16 @@ from reconcile.runtime.runner import LISTED_KINDS, Reconciler
     show_default=True,
     help="Requests this run may spend; run adopt again to go on.",
 )
+@click.option(
+    "--deployed-at",
+    type=click.DateTime(
+        formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f"]
+    ),
+    default=None,
+    help="When the deploy pointed the processor's webhooks at hookledger (UTC): the earlier "
+    "system's history ends there; every change since is dispatched once. Recorded by the "
+    "first run. Required when no webhook has reached hookledger for the account yet.",
+)
 @click.option("--dry-run", is_flag=True, help="Count what would be recorded; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
@@ -66,6 +76,7 @@ def adopt_cmd(
     since: datetime | None,
     kinds: tuple[str, ...],
     max_requests: int,
+    deployed_at: datetime | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -90,6 +101,7 @@ def adopt_cmd(
                         payments_dialect=env.get("HOOKLEDGER_PAYMENTS_LIST", "hyperswitch"),  # type: ignore[arg-type]
                         payouts_dialect=env.get("HOOKLEDGER_PAYOUTS_LIST", "get"),  # type: ignore[arg-type]
                         sweep_policy=sweep_policy(),
+                        deployed_at=utc_option(deployed_at),
                     )
                 )
     finally:

@@ -5,9 +5,13 @@ have its handlers run for what its earlier system already handled. ``reconcile a
 
 1. records the adopted account's own **cut-over** (``hookledger_cutover``) at the moment its
    first run starts reading (a run that resumes it keeps it: never moved, never another
-   account's); the earlier system's history ends there, or just before the first delivery
-   hookledger was sent if that came earlier (the deploy pointed the processor at
-   hookledger first: :attr:`receiver.core.guard.CutOver.history_ends`);
+   account's); the earlier system's history ends there, or at the deploy the operator
+   states (``--deployed-at``, recorded with it), or just before the first delivery
+   hookledger was sent, whichever is earliest (the deploy pointed the processor at
+   hookledger first: :attr:`receiver.core.guard.CutOver.history_ends`). A first run that
+   can tell neither (no webhook ever reached hookledger for the account, no
+   ``--deployed-at``) refuses (:class:`DeployUnknown`) rather than write off every change
+   since the deploy whose deliveries were lost;
 2. lists each kind's objects over its history (by default as far back as the open-object
    sweep follows objects of that kind: what is older cannot change any more), newest
    first, in windows, within a request budget, resumable (run it again to go on);
@@ -100,6 +104,11 @@ class AdoptOptions:
     page_size: int = 100
     sweep_policy: SweepPolicy = field(default_factory=SweepPolicy)
     lock_wait: float = 0.0
+    #: When the deploy pointed the processor's webhooks at hookledger (``--deployed-at``):
+    #: the earlier system's history ends there (recorded by the first run, never moved).
+    #: Required by a first run when no webhook delivery ever reached hookledger for the
+    #: account (:class:`DeployUnknown`).
+    deployed_at: datetime | None = None
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.kinds if k not in LISTED_KINDS]
@@ -107,6 +116,13 @@ class AdoptOptions:
             raise ValueError(f"adoption lists {sorted(LISTED_KINDS)}, not {unknown}")
         if self.max_requests < 1:
             raise ValueError("the request budget must be positive")
+
+
+class DeployUnknown(ValueError):
+    """Adoption cannot tell when the deploy pointed the processor at hookledger: no webhook
+    delivery ever reached hookledger for the account, and ``--deployed-at`` was not given.
+    Taking the cut-over for the end of history would write off as the earlier system's
+    every change made since the deploy whose deliveries were lost."""
 
 
 def _windows(start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime]]:
@@ -184,7 +200,25 @@ class Adopter:
         # run that resumes it (never another account's, never moved).
         existing = ops.cutover(account=self.store.account)
         cutover = existing.at if existing is not None else truncate_ms(self.clock())
-        if existing is None:
+        deployed = as_utc(options.deployed_at) if options.deployed_at is not None else None
+        if existing is not None:
+            if deployed is not None and deployed != existing.deployed_at:
+                raise ValueError(
+                    f"account {self.store.account!r}'s adoption began at {cutover.isoformat()} "
+                    "and recorded where its history ends; a resumed run never moves it: run "
+                    "`reconcile adopt` again without --deployed-at"
+                    + (
+                        f" (or with the recorded {existing.deployed_at.isoformat()})"
+                        if existing.deployed_at is not None
+                        else ""
+                    )
+                )
+        else:
+            if deployed is not None and deployed > as_utc(self.clock()):
+                raise ValueError(
+                    f"--deployed-at {deployed.isoformat()} is in the future: give the time "
+                    "the deploy pointed the processor's webhooks at hookledger"
+                )
             # Webhooks stored before this version kept the first delivery bound the deploy too.
             first = ops.first_stored_webhook(account=self.store.account)
             if first is not None and not options.dry_run:
@@ -192,15 +226,31 @@ class Adopter:
             kept = ops.first_delivery(account=self.store.account)
             if first is None or (kept is not None and kept < first):
                 first = kept
+            if first is None and deployed is None:
+                raise DeployUnknown(
+                    f"no webhook has reached hookledger for account {self.store.account!r}, "
+                    "so adoption cannot tell when the deploy pointed the processor's webhooks "
+                    "at it: every change since the deploy whose deliveries were lost would be "
+                    "recorded as the earlier system's and never dispatched. Run `reconcile "
+                    "adopt --deployed-at TIME` (UTC, when the webhook URL was switched; "
+                    "everything from then on is dispatched once)"
+                )
             if not options.dry_run:
+                if deployed is not None:
+                    ops.record_deployed(deployed, account=self.store.account)
                 ops.set_cutover("adopted", cutover, account=self.store.account)
             now = as_utc(self.clock())
             existing = ops.cutover(account=self.store.account) or CutOver(
-                at=cutover, recorded_at=now, first_delivery=first
+                at=cutover, recorded_at=now, first_delivery=first, deployed_at=deployed
             )
         ends = existing.history_ends
         report = AdoptionReport(
-            mode="adopted", dry_run=options.dry_run, cutover_at=cutover, history_ends=ends
+            mode="adopted",
+            dry_run=options.dry_run,
+            cutover_at=cutover,
+            history_ends=ends,
+            deployed_at=existing.deployed_at,
+            first_delivery=existing.first_delivery,
         )
         ownership = Ownership(self.store.account, self.accounts)
         recovery = Recovery(

@@ -56,9 +56,14 @@ class AdoptionReport:
     mode: str
     dry_run: bool
     cutover_at: datetime | None
-    #: Where the earlier system's history ends (the cut-over, or just before the first
-    #: delivery hookledger was sent, if earlier): what changed since is dispatched.
+    #: Where the earlier system's history ends (the cut-over, the stated deploy, or just
+    #: before the first delivery hookledger was sent, whichever is earliest): what changed
+    #: since is dispatched.
     history_ends: datetime | None = None
+    #: The deploy stated to the first run (``--deployed-at``), if any.
+    deployed_at: datetime | None = None
+    #: The first webhook delivery hookledger was sent, if any.
+    first_delivery: datetime | None = None
     kinds: dict[str, KindAdoption] = field(default_factory=dict)
 
     @property
@@ -71,6 +76,8 @@ class AdoptionReport:
             "dry_run": self.dry_run,
             "cutover_at": self.cutover_at.isoformat() if self.cutover_at else None,
             "history_ends": self.history_ends.isoformat() if self.history_ends else None,
+            "deployed_at": self.deployed_at.isoformat() if self.deployed_at else None,
+            "first_delivery": self.first_delivery.isoformat() if self.first_delivery else None,
             "finished": self.finished,
             "kinds": {name: k.as_dict() for name, k in self.kinds.items()},
         }
@@ -84,8 +91,10 @@ def render_adoption(report: dict[str, Any]) -> str:
     )
     if report["cutover_at"]:
         head += f"; cut-over {report['cutover_at']}"
-    if report.get("history_ends") and report["history_ends"] != report["cutover_at"]:
-        head += f"; history ends {report['history_ends']} (the first delivery)"
+    ends = report.get("history_ends")
+    if ends and ends != report["cutover_at"]:
+        why = "the deploy" if ends == report.get("deployed_at") else "the first delivery"
+        head += f"; history ends {ends} ({why})"
     lines = [head]
     for name, k in report["kinds"].items():
         line = (

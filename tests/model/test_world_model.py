@@ -58,7 +58,7 @@ from hypothesis.stateful import (
 
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from tests.conftest import backend, fresh_database
-from tests.model import holes, truth
+from tests.model import truth
 from tests.model.processor import FATES
 from tests.model.shop import MOODS
 from tests.model.world import CARDS, START, Template, World, world
@@ -179,25 +179,31 @@ class WorldModel(RuleBasedStateMachine):
             )
 
     @precondition(lambda self: self.w is not None and bool(self.w.waiting("history")))
-    @rule(i=index, then=st.sampled_from([None, "adopt", "adopt within 1 request"]))
-    def deploy(self, i: int, then: str | None) -> None:
+    @rule(
+        i=index,
+        then=st.sampled_from([None, "adopt", "adopt within 1 request"]),
+        tell=st.booleans(),
+    )
+    def deploy(self, i: int, then: str | None, tell: bool) -> None:
         """An account's deploy (its webhooks now come to hookledger), perhaps adopted at
-        once (perhaps within a budget of one request: adoption goes on later)."""
+        once (perhaps within a budget of one request: adoption goes on later), told the
+        deploy's time or not."""
         with self.step():
             account = self.pick(self.world.waiting("history"), i)
             self.world.deploy(account)
             if then is not None:
-                self.world.adopt(account, budget=1 if then.endswith("request") else None)
+                budget = 1 if then.endswith("request") else None
+                self.world.adopt(account, budget=budget, tell_deploy=tell)
 
     @precondition(lambda self: self.w is not None and bool(self.w.waiting("deployed", "adopting")))
-    @rule(i=index, budget_of_one=st.booleans())
-    def adopt(self, i: int, budget_of_one: bool) -> None:
-        """``reconcile adopt`` for a deployed account, or to go on with an adoption."""
+    @rule(i=index, budget_of_one=st.booleans(), tell=st.booleans())
+    def adopt(self, i: int, budget_of_one: bool, tell: bool) -> None:
+        """``reconcile adopt`` for a deployed account (told the deploy's time or not: not
+        told, it refuses while no webhook has reached hookledger), or to go on with an
+        adoption (as its first run was told)."""
         with self.step():
             account = self.pick(self.world.waiting("deployed", "adopting"), i)
-            if holes.NEW_ADOPT_BEFORE_ANY_DELIVERY and not self.world.heard_since_deploy(account):
-                return
-            self.world.adopt(account, budget=1 if budget_of_one else None)
+            self.world.adopt(account, budget=1 if budget_of_one else None, tell_deploy=tell)
 
     # -- the processor's objects -----------------------------------------------------------
 

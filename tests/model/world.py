@@ -105,6 +105,8 @@ class Account:
     deployed_at: datetime | None = None
     cutover_at: datetime | None = None
     live_at: datetime | None = None
+    #: Adoption's first run was told the deploy (``--deployed-at``).
+    told_deploy: bool = False
 
     @property
     def url(self) -> str:
@@ -261,22 +263,40 @@ class World:
         self.note(f"deploy {account.id} at {account.url.removeprefix(HOOKLEDGER)}")
 
     def adopt(
-        self, account: Account, *, new_account: bool = False, budget: int | None = None
+        self,
+        account: Account,
+        *,
+        new_account: bool = False,
+        budget: int | None = None,
+        tell_deploy: bool = True,
     ) -> Run:
+        """``reconcile adopt`` (perhaps within a request budget), its first run told the
+        deploy (``--deployed-at``) or not (``tell_deploy``; a resumed run passes what the
+        first one did). Not told, and with no webhook delivery hookledger ever got for the
+        account, it refuses (exit 2): the account stays deployed, not adopted."""
         self.frozen.tick(timedelta(seconds=1))  # after what came before, never at it
         args = ["--account", account.id, "adopt", "--json"]
+        first = account.cutover_at is None
+        told = tell_deploy if first else account.told_deploy
         if new_account:
             args.append("--new-account")
         else:  # nothing is older than the world: no need to read 180 days of disputes
             args += ["--since", f"{START - timedelta(days=1):%Y-%m-%d}"]
+            if told:
+                assert account.deployed_at is not None
+                args += ["--deployed-at", f"{account.deployed_at:%Y-%m-%dT%H:%M:%S.%f}"]
         if budget is not None:
             args += ["--max-requests", str(budget)]
         run = self.reconcile(*args)
         self.note(f"reconcile {' '.join(args)}: exit {run.code}")
+        if run.code == 2 and first and not told and "--deployed-at" in run.stderr:
+            self.note(f"  refused: {run.stderr.strip().splitlines()[-1][:160]}")
+            return run
         if run.code not in (0, 4):
             raise AssertionError(f"reconcile adopt failed: {run.code} {run.stderr.strip()}")
-        if account.cutover_at is None:
+        if first:
             account.cutover_at = self.now()
+            account.told_deploy = told and not new_account
         finished = run.code == 0
         account.stage = "live" if finished else "adopting"
         if finished and account.live_at is None:
@@ -284,31 +304,18 @@ class World:
         return run
 
     def history_end(self, account: Account) -> datetime | None:
-        """Where the README says the earlier system's history ends: the cut-over, or five
-        minutes before the first delivery hookledger was sent, if that came before it."""
-        cutover = account.cutover_at
-        if cutover is None:
+        """Where the README says the earlier system's history ends: the cut-over, or the
+        deploy adoption was told if earlier, or five minutes before the first delivery
+        hookledger was sent, if that came before both."""
+        ends = account.cutover_at
+        if ends is None:
             return None
+        if account.told_deploy and account.deployed_at is not None:
+            ends = min(ends, account.deployed_at)
         first = self.first_delivery.get(account.id)
-        if first is not None and first < cutover:
-            return min(cutover, first - timedelta(minutes=5))
-        return cutover
-
-    def heard_since_deploy(self, account: Account) -> bool:
-        """The README's premise for adoption ("the processor makes its first attempt at an
-        event within seconds of it"): if the processor sent ``account`` a webhook since its
-        deploy, one reached hookledger within five minutes of the first of them."""
-        if account.deployed_at is None:
-            return True
-        sent = [
-            event.created
-            for event in account.merchant.sandbox.webhooks.events()
-            if event.profile_id == account.profile and event.created >= account.deployed_at
-        ]
-        if not sent:
-            return True
-        first = self.first_delivery.get(account.id)
-        return first is not None and first <= min(sent) + timedelta(minutes=5)
+        if first is not None and first < ends:
+            return first - timedelta(minutes=5)
+        return ends
 
     def reached(self, request: Request) -> None:
         """A webhook reaches hookledger: note the first of each account's."""

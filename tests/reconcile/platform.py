@@ -19,7 +19,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -129,6 +129,9 @@ class Platform:
     def adopt(self, account: str, options: AdoptOptions | None = None) -> AdoptionReport:
         side = self.sides[account]
         accounts = WebhookReceiver.state(self.app).accounts
+        if self.store.operations.cutover(account=account) is None:
+            # The deploy is now: the account's webhooks were just pointed at hookledger.
+            options = replace(options or AdoptOptions(), deployed_at=self.now())
         return Adopter(side.client, self.store, account=account, accounts=accounts).adopt(options)
 
     def pay(

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -332,7 +333,8 @@ def test_a_new_seller_is_adopted_while_another_account_reconciles(database_url: 
             )
 
         running = spawn("--account", "eu", "run", "--kind", "payments")
-        onboarding = spawn("--account", "asia", "adopt")
+        deployed = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")  # nothing reached it yet
+        onboarding = spawn("--account", "asia", "adopt", "--deployed-at", deployed)
         adopted_code = onboarding.wait(timeout=120)
         adopted_err = onboarding.stderr.read() if onboarding.stderr else ""
         assert running.poll() is None, "the other account's run should still be going"

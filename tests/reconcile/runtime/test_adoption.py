@@ -54,7 +54,7 @@ def test_adoption_records_history_and_no_path_dispatches_it(make_app: AppFactory
     with world(make_app, new_account=False, events_api=True) as w:
         made = _history(w)
         before = w.now()
-        report = Adopter(w.client, w.store).adopt()
+        report = Adopter(w.client, w.store).adopt(AdoptOptions(deployed_at=w.now()))
         assert report.finished and report.cutover_at is not None
         assert report.cutover_at >= before - timedelta(milliseconds=1)
         payments = report.kinds["payments"]
@@ -111,7 +111,7 @@ def test_webhooks_that_reached_hookledger_before_adoption_are_its_own(
         _history(w)
         w.pay("pay_installed")  # hookledger is mounted: this webhook is stored...
         w.sandbox.deliver_due()  # ... but no worker has run yet
-        Adopter(w.client, w.store).adopt()
+        Adopter(w.client, w.store).adopt(AdoptOptions(deployed_at=w.now()))
         w.drain()  # the worker starts after adoption
         assert w.handled == Counter({("payment", "pay_installed", "succeeded"): 1})
 
@@ -122,7 +122,7 @@ def test_backfill_counts_first_then_dispatches_what_adoption_recorded(
     with world(make_app, new_account=False) as w:
         start = w.now()
         _history(w)
-        Adopter(w.client, w.store).adopt()
+        Adopter(w.client, w.store).adopt(AdoptOptions(deployed_at=w.now()))
         backfill = Backfill(w.reconciler)
         # pay_old_2 .. 4, pay_held and pay_recent (the dispute is not a payment)
         window = (start + timedelta(days=5), w.now())
@@ -153,7 +153,7 @@ def test_adoption_is_resumable_within_a_request_budget(make_app: AppFactory) -> 
             w.pay(f"pay_many_{n}")
             w.advance(timedelta(days=2))
         adopter = Adopter(w.client, w.store)
-        options = AdoptOptions(kinds=["payments"], max_requests=3, page_size=2)
+        options = AdoptOptions(deployed_at=w.now(), kinds=["payments"], max_requests=3, page_size=2)
         first = adopter.adopt(options)
         assert not first.finished
         assert adoption_state(w.store, w.reconciler.store) == "adopting"
@@ -198,7 +198,7 @@ def test_a_change_after_the_deploy_in_flight_when_adoption_began_is_dispatched(
         w.sandbox.faults.once("delay", event_type="payment_succeeded", seconds=3600)
         w.sandbox.capture_payment("pay_held", {})
         w.frozen.move_to(w.now() + timedelta(minutes=1))
-        assert Adopter(w.client, w.store).adopt().finished
+        assert Adopter(w.client, w.store).adopt().finished  # bounded by the first delivery
         w.advance(timedelta(hours=2))  # the delivery lands
         _settle_days(w)
         assert w.handled[("payment", "pay_held", "succeeded")] == 1
@@ -252,7 +252,9 @@ def test_a_change_adoption_reads_just_after_the_cutover_is_dispatched_if_its_web
         w.advance(timedelta(days=1))
         w.sandbox.webhook_url = "http://merchant.test/webhooks/"
         adopter = Adopter(w.client, w.store)
-        options = AdoptOptions(kinds=["payments"], max_requests=1, since=w.now() - 20 * DAY)
+        options = AdoptOptions(
+            deployed_at=w.now(), kinds=["payments"], max_requests=1, since=w.now() - 20 * DAY
+        )
         assert not adopter.adopt(options).finished  # read the newest day only
         w.drop_next("payment_succeeded")
         w.frozen.move_to(w.now() + timedelta(minutes=1))
@@ -281,7 +283,9 @@ def test_a_late_retry_of_history_during_adoption_does_not_make_adoption_skip_the
         w.advance(timedelta(days=8))
         w.sandbox.webhook_url = "http://merchant.test/webhooks/"
         adopter = Adopter(w.client, w.store)
-        options = AdoptOptions(kinds=["disputes"], max_requests=1, since=w.now() - 20 * DAY)
+        options = AdoptOptions(
+            deployed_at=w.now(), kinds=["disputes"], max_requests=1, since=w.now() - 20 * DAY
+        )
         assert not adopter.adopt(options).finished
         opened = next(
             e
@@ -312,7 +316,7 @@ def test_returning_to_the_state_adoption_recorded_does_not_run_its_handlers(
 
     with world(make_app, new_account=False) as w:
         _history(w)
-        Adopter(w.client, w.store).adopt()
+        Adopter(w.client, w.store).adopt(AdoptOptions(deployed_at=w.now()))
         assert w.projected("payment", "pay_held") == "requires_capture"
         hooks = WebhookTestClient(w.app)
         w.frozen.move_to(w.now() + timedelta(minutes=5))
@@ -341,7 +345,7 @@ def test_observing_an_object_older_than_adoptions_reach_does_not_dispatch_its_hi
         w.pay("pay_ancient")
         w.advance(timedelta(days=60))
         w.sandbox.webhook_url = "http://merchant.test/webhooks/"
-        report = Adopter(w.client, w.store).adopt()
+        report = Adopter(w.client, w.store).adopt(AdoptOptions(deployed_at=w.now()))
         assert report.kinds["payments"].listed == 0  # older than adoption's reach
         seen = WebhookReceiver().observe(
             w.sandbox.get_payment("pay_ancient"), dispatch=True, app=w.app

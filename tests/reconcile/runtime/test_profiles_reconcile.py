@@ -21,7 +21,7 @@ from receiver.testing.factories import build_event, encode
 from reconcile.core.diff import Remote, read_remote
 from reconcile.core.report import Report
 from reconcile.recovery.sweep import FollowedObjects
-from reconcile.runtime.adoption import Adopter
+from reconcile.runtime.adoption import Adopter, AdoptOptions
 from reconcile.runtime.backfill import Backfill
 from reconcile.runtime.runner import ReconcileOptions
 from reconcile.sandbox.faults import WebhookFaultConfig
@@ -192,7 +192,10 @@ def test_adoption_and_backfill_take_each_profiles_objects_into_its_own_account(
             b.sandbox.profile(BRANDS[account][0]).webhook_url = None
             _objects(b, account, "h")  # history of the earlier system
         b.advance(timedelta(hours=2))
-        reports = {a: Adopter(b.client, b.store, account=a).adopt() for a in BRANDS}
+        reports = {
+            a: Adopter(b.client, b.store, account=a).adopt(AdoptOptions(deployed_at=b.now()))
+            for a in BRANDS
+        }
         for account in BRANDS:
             assert b.projections(account) == b.truth(account)
         assert not b.handled  # history is recorded, not dispatched
