@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from flask import Flask
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 import receiver.storage.database as db
@@ -94,21 +95,36 @@ class WebhookReceiver:
         engine = db.make_engine(
             settings.database_url, sqlite_busy_timeout=settings.sqlite_busy_timeout
         )
-        store = Store(
-            engine,
-            write_wait=settings.sqlite_busy_timeout,
-            headers=settings.stored_headers,
-            keyring=settings.data.keyring,
-            rejections=settings.data.rejections,
-            order_fields=settings.data.order_fields,
-            intake=settings.sqlite_intake_path or None,
-            retry=RetryPolicy(
-                max_attempts=settings.max_attempts,
-                base_seconds=settings.backoff_base,
-                max_seconds=settings.backoff_max,
-                defer_limit_seconds=settings.defer_limit,
-            ),
-        )
+
+        def build_store(engine: Engine) -> Store:
+            return Store(
+                engine,
+                write_wait=settings.sqlite_busy_timeout,
+                headers=settings.stored_headers,
+                keyring=settings.data.keyring,
+                rejections=settings.data.rejections,
+                order_fields=settings.data.order_fields,
+                intake=settings.sqlite_intake_path or None,
+                retry=RetryPolicy(
+                    max_attempts=settings.max_attempts,
+                    base_seconds=settings.backoff_base,
+                    max_seconds=settings.backoff_max,
+                    defer_limit_seconds=settings.defer_limit,
+                ),
+            )
+
+        store = build_store(engine)
+
+        def worker_store(lease_seconds: float) -> Store:
+            """PostgreSQL: the worker's own engine, every wait under its bounds
+            (:mod:`receiver.storage.bounds`); SQLite: the app's store (its busy timeout
+            bounds every wait)."""
+            if db.is_sqlite(engine):
+                return store
+            return build_store(
+                db.make_engine(settings.database_url, bounds=settings.bounds(lease_seconds))
+            )
+
         if click.get_current_context(silent=True) is None:  # a web process, not a command
             settings.data.warn(f"hookledger ({app.name})")  # (the worker warns for itself)
         if settings.auto_migrate:
@@ -127,6 +143,7 @@ class WebhookReceiver:
             registry=self.registry,
             accounts=source,
             single=single,
+            worker_store=worker_store,
         )
         app.extensions[EXTENSION_KEY] = state
         app.register_blueprint(make_blueprint(), url_prefix=settings.url_prefix)

@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import click
@@ -26,6 +27,7 @@ import receiver.storage.database as db
 import receiver.worker.heartbeat as heartbeat
 from receiver.cli.account_commands import register as register_account_commands
 from receiver.cli.common import (
+    EXIT_DATABASE,
     EXIT_PROBLEM,
     add_log_options,
     long_running,
@@ -136,16 +138,13 @@ def worker_cmd(
 ) -> None:
     """Process events. SIGTERM finishes the current event, then exits."""
     state = app_state()
-    overrides = {
-        k: v
-        for k, v in (
-            ("lease_seconds", lease_seconds),
-            ("poll_interval", poll_interval),
-            ("batch_size", batch_size),
-        )
-        if v is not None
-    }
-    worker = state.worker(name=name, **overrides)
+    worker = state.worker(
+        name=name,
+        bounded=True,
+        lease_seconds=lease_seconds,
+        poll_interval=poll_interval,
+        batch_size=batch_size,
+    )
     worker.heartbeat = not burst
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -156,7 +155,14 @@ def worker_cmd(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    if not _wait_for_schema(state.store.engine, worker.stopping):
+    give_up = worker.config.give_up_after if burst else None
+    reached = _wait_for_schema(worker.store.engine, worker.stopping, give_up_after=give_up)
+    if reached is None:
+        fail(
+            f"hookledger worker --burst: the database did not answer within {give_up:g} s",
+            EXIT_DATABASE,
+        )
+    if not reached:
         click.echo("hookledger worker stopped before the database was reachable", err=True)
         return
     if not state.registry.handlers:
@@ -177,16 +183,28 @@ def worker_cmd(
     click.echo(f"hookledger worker {worker.name} started", err=True)
     count = worker.run(burst=burst)
     click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
+    if worker.gave_up:
+        fail(
+            f"hookledger worker --burst: the database did not answer within "
+            f"{worker.config.give_up_after:g} s",
+            EXIT_DATABASE,
+        )
 
 
 long_running(worker_cmd)
 
 
-def _wait_for_schema(engine: Any, stopping: threading.Event) -> bool:
+def _wait_for_schema(
+    engine: Any, stopping: threading.Event, *, give_up_after: float | None = None
+) -> bool | None:
     """Wait until the database answers (a worker may start during an outage), then check the
-    schema: a missing migration is a configuration error and ends the command."""
+    schema: a missing migration is a configuration error and ends the command. ``False``:
+    stopped meanwhile; ``None``: no answer within ``give_up_after`` seconds (``--burst``)."""
     pause = 0.5
+    started = time.monotonic()
     while not stopping.is_set():
+        if give_up_after is not None and time.monotonic() - started >= give_up_after:
+            return None
         try:
             db.check_schema(engine)
             return True

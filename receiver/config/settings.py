@@ -15,6 +15,7 @@ from typing import Any
 from receiver.config.data_at_rest import DOCUMENTED as DATA_AT_REST_DOCUMENTED
 from receiver.config.data_at_rest import DataAtRest
 from receiver.core.accounts import DEFAULT_ACCOUNT, Account, parse_accounts
+from receiver.core.bounds import Bounds
 from receiver.core.errors import ConfigurationError
 from receiver.core.headers import DEFAULT_STORED_HEADERS, parse_header_names
 from receiver.core.signature import Secret, parse_secrets
@@ -47,6 +48,14 @@ DOCUMENTED: Mapping[str, str] = {
     "BACKOFF_BASE": "first retry delay in seconds, doubled each attempt (default 2)",
     "BACKOFF_MAX": "largest retry delay in seconds (default 3600)",
     "SQLITE_BUSY_TIMEOUT": "seconds a SQLite writer waits for the lock before a 503 (default 5)",
+    "STATEMENT_TIMEOUT": "PostgreSQL, worker and reconciler: seconds a statement may run "
+    "(default: a sixth of the lease, at least 5; 10 for the default lease); no answer at "
+    "all for half as long again (at least 2 s more) cuts the connection; 0: off",
+    "LOCK_TIMEOUT": "PostgreSQL, worker and reconciler: seconds a statement may wait for a "
+    "lock (default: half the statement timeout); 0: off",
+    "IDLE_IN_TRANSACTION_TIMEOUT": "PostgreSQL, worker and reconciler: seconds a transaction "
+    "may sit idle, as while a handler runs without the session (default: ten leases, at "
+    "least 60); a handler that takes longer fails; 0: off",
     "SQLITE_INTAKE_PATH": "SQLite: the file where webhooks are stored while the database's "
     "write lock is held for long, by a handler say (default: the database's path + '-intake'; "
     "'off': they wait for the lock)",
@@ -62,6 +71,35 @@ DOCUMENTED: Mapping[str, str] = {
     + " (comma-separated names; all others are dropped before storage)",
     **DATA_AT_REST_DOCUMENTED,
 }
+
+
+#: The reconciler's default statement timeout (seconds): it holds no lease, and a run reads
+#: whole windows of history, so longer than the worker's.
+RECONCILER_STATEMENT_TIMEOUT = 60.0
+
+
+def reconciler_bounds(environ: Mapping[str, str] | None = None) -> Bounds:
+    """The reconciler's bounds on its waits for PostgreSQL: ``HOOKLEDGER_STATEMENT_TIMEOUT``,
+    ``_LOCK_TIMEOUT`` and ``_IDLE_IN_TRANSACTION_TIMEOUT`` when set, else a statement
+    timeout of 60 s and the worker's defaults for the rest (for the default lease)."""
+    env = os.environ if environ is None else environ
+    try:
+        statement = _seconds(env.get(PREFIX + "STATEMENT_TIMEOUT"))
+        return Bounds.for_lease(
+            float(env.get(PREFIX + "LEASE_SECONDS") or 60.0),
+            statement_timeout=RECONCILER_STATEMENT_TIMEOUT if statement is None else statement,
+            lock_timeout=_seconds(env.get(PREFIX + "LOCK_TIMEOUT")),
+            idle_in_transaction_timeout=_seconds(env.get(PREFIX + "IDLE_IN_TRANSACTION_TIMEOUT")),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"invalid hookledger setting: {exc}") from exc
+
+
+def _seconds(value: Any) -> float | None:
+    """A number of seconds, or ``None`` when unset (empty)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return float(value)
 
 
 def _bool(value: Any) -> bool:
@@ -87,6 +125,11 @@ class Settings:
     backoff_base: float = 2.0
     backoff_max: float = 3600.0
     sqlite_busy_timeout: float = 5.0
+    #: PostgreSQL, the worker's and the reconciler's statements (seconds; ``None``: from
+    #: the lease, see :meth:`bounds`).
+    statement_timeout: float | None = None
+    lock_timeout: float | None = None
+    idle_in_transaction_timeout: float | None = None
     #: SQLite: where webhooks wait while the database's lock is held for long
     #: (:mod:`receiver.storage.intake`): ``""`` beside the database, ``"off"`` nowhere.
     sqlite_intake_path: str = ""
@@ -172,6 +215,9 @@ class Settings:
                 backoff_base=float(get("BACKOFF_BASE", 2.0)),
                 backoff_max=float(get("BACKOFF_MAX", 3600.0)),
                 sqlite_busy_timeout=float(get("SQLITE_BUSY_TIMEOUT", 5.0)),
+                statement_timeout=_seconds(get("STATEMENT_TIMEOUT")),
+                lock_timeout=_seconds(get("LOCK_TIMEOUT")),
+                idle_in_transaction_timeout=_seconds(get("IDLE_IN_TRANSACTION_TIMEOUT")),
                 sqlite_intake_path=str(get("SQLITE_INTAKE_PATH", "") or ""),
                 defer_limit=float(get("DEFER_LIMIT", 86_400.0)),
                 auto_migrate=_bool(get("AUTO_MIGRATE", False)),
@@ -192,4 +238,15 @@ class Settings:
             raise ConfigurationError("METRICS_ACCOUNT_LABEL_MAX must not be negative")
         if settings.max_attempts < 1:
             raise ConfigurationError("MAX_ATTEMPTS must be at least 1")
+        settings.bounds()  # a negative timeout is a configuration error
         return settings
+
+    def bounds(self, lease_seconds: float | None = None) -> Bounds:
+        """The worker's bounds on its waits for PostgreSQL, for its lease (see
+        :meth:`receiver.storage.bounds.Bounds.for_lease`)."""
+        return Bounds.for_lease(
+            self.lease_seconds if lease_seconds is None else lease_seconds,
+            statement_timeout=self.statement_timeout,
+            lock_timeout=self.lock_timeout,
+            idle_in_transaction_timeout=self.idle_in_transaction_timeout,
+        )

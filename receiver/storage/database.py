@@ -25,6 +25,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import StaticPool
 
 from receiver.core.errors import ConfigurationError
+from receiver.storage.bounds import Bounds, bound
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 VERSION_TABLE = "hookledger_alembic_version"
@@ -43,6 +44,7 @@ def make_engine(
     *,
     sqlite_busy_timeout: float = 5.0,
     ping_after_idle: float | None = PING_AFTER_IDLE,
+    bounds: Bounds | None = None,
     **kwargs: Any,
 ) -> Engine:
     """Create an engine for ``url`` with hookledger's settings for that database.
@@ -58,6 +60,12 @@ def make_engine(
     (the processor retries; the receive path runs its idempotent insert again once on a new
     connection first), and SQLAlchemy replaces the pool's other connections. ``None``: ping
     on every checkout (``pool_pre_ping``).
+
+    ``bounds`` (PostgreSQL): the statement, lock and idle-in-transaction timeouts each new
+    connection sets, and the client-side bound on a wait for an answer
+    (:mod:`receiver.storage.bounds`); the worker's and the reconciler's engines have them.
+    ``None``: the server's own settings, no client-side bound (migrations and operators'
+    commands may run long).
     """
     url = normalise_url(url)
     try:
@@ -107,6 +115,8 @@ def make_engine(
             ) from exc
         if ping_after_idle is not None and not kwargs["pool_pre_ping"]:
             _ping_after_idle(engine, ping_after_idle)
+        if bounds is not None:
+            bound(engine, bounds)
         return engine
     raise ConfigurationError(f"unsupported database backend {backend!r} (use sqlite or postgresql)")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
@@ -30,11 +31,13 @@ from receiver.core.defer import Defer
 from receiver.core.errors import HandlerTransactionError
 from receiver.core.retry import RetryPolicy
 from receiver.core.transitions import Reading, make_state, read_event
+from receiver.storage.bounds import bounds_of
 from receiver.storage.context import (
     Storage,
     describe_database_error,
     is_database_error,
     is_transient_conflict,
+    sqlstate,
 )
 from receiver.storage.handler_session import TransactionEnded, TransactionGuard
 from receiver.storage.operator_actions import read_cutovers
@@ -59,15 +62,39 @@ class _LeaseLost(Exception):
     """Another worker holds the lease now: roll back."""
 
 
-class _HandlerEndedTransaction(Exception):
-    """A handler ended the batch's transaction (on the driver's connection): roll back, fail
-    that handler, run the batch's events again one by one."""
+#: PostgreSQL ended a session that sat idle in its transaction too long
+#: (``idle_in_transaction_session_timeout``).
+IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
+#: A handler that ran at least this long before PostgreSQL ended the transaction for
+#: sitting idle is taken for the cause when the timeout's value is not known (hookledger's
+#: own pauses between statements are a few milliseconds).
+STALLED_HANDLER_SECONDS = 1.0
 
-    def __init__(self, event_pk: int, handler: str, error: HandlerTransactionError) -> None:
+
+class HandlerStalled(Exception):
+    """A handler ran so long that PostgreSQL ended its transaction for sitting idle
+    (``idle_in_transaction_session_timeout``, SQLSTATE 25P03): that handler's failure."""
+
+
+class _HandlerEndedTransaction(Exception):
+    """A handler ended the batch's transaction (on the driver's connection), or let it sit
+    idle until PostgreSQL ended it: roll back, fail that handler, run the batch's events
+    again one by one."""
+
+    def __init__(self, event_pk: int, handler: str, error: Exception) -> None:
         super().__init__(str(error))
         self.event_pk = event_pk
         self.handler = handler
         self.error = error
+
+
+@dataclass(slots=True)
+class _Idle:
+    """How long a batch's transaction has been quiet, and the handler that ran last
+    (event pk, name, seconds): see :meth:`Dispatcher._stalled_handler`."""
+
+    quiet_since: float
+    last: tuple[int, str, float] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,17 +170,31 @@ class Dispatcher:
         """
         if not works:
             return []
+        track = _Idle(quiet_since=time.monotonic())
         try:
-            return self._dispatch_together(works, writing or nullcontext())
+            try:
+                return self._dispatch_together(works, writing or nullcontext(), track)
+            except SQLAlchemyError as exc:
+                stalled = self._stalled_handler(exc, track)
+                if stalled is None:
+                    raise  # the database's failure, not a handler's: the caller retries
+                raise stalled from exc
         except _HandlerEndedTransaction as ended:
             # Nothing of the transaction was kept (or, if the handler committed on the
             # driver's connection, what was kept has no ledger rows): the handler that ended
             # it fails alone, without running again, and every event of the batch is
             # dispatched again on its own.
+            stalled_ = isinstance(ended.error, HandlerStalled)
             log.error(
-                "a handler ended hookledger's transaction: %s",
-                ended.error.message,
-                extra={"action": "handler_ended_transaction", "handler": ended.handler},
+                "%s: %s",
+                "a handler stalled hookledger's transaction"
+                if stalled_
+                else "a handler ended hookledger's transaction",
+                str(ended.error),
+                extra={
+                    "action": "handler_stalled" if stalled_ else "handler_ended_transaction",
+                    "handler": ended.handler,
+                },
             )
             return [
                 self.dispatch_many([_failing(work, ended)], writing=writing)[0] for work in works
@@ -170,6 +211,45 @@ class Dispatcher:
                 )
                 return [Outcome(status="lease_lost", ran=(), failures=())]
             return [self.dispatch_many([work], writing=writing)[0] for work in works]
+
+    def _stalled_handler(
+        self, exc: SQLAlchemyError, track: _Idle
+    ) -> _HandlerEndedTransaction | None:
+        """When PostgreSQL ended the batch's transaction for sitting idle (25P03) while a
+        handler ran past the timeout, that handler is the cause: its failure (attempt
+        counted, retried with backoff). A stall of hookledger's own is the database's
+        (``None``: the caller gives the leases back, no attempt counted)."""
+        if sqlstate(exc) != IDLE_IN_TRANSACTION_TIMEOUT or track.last is None:
+            return None
+        event_pk, name, seconds = track.last
+        idle = self._idle_timeout()
+        # The transaction is never left quiet for over a third of the timeout between
+        # handlers (see _keep_awake): the one that ran over half of it is the cause.
+        if seconds < (idle / 2 if idle > 0 else STALLED_HANDLER_SECONDS):
+            return None
+        limit = f" of {idle:g} s (HOOKLEDGER_IDLE_IN_TRANSACTION_TIMEOUT)" if idle > 0 else ""
+        return _HandlerEndedTransaction(
+            event_pk,
+            name,
+            HandlerStalled(
+                f"the handler ran {seconds:.1f} s, past the database's idle-in-transaction "
+                f"timeout{limit}: its transaction was ended (SQLSTATE 25P03)"
+            ),
+        )
+
+    def _idle_timeout(self) -> float:
+        bounds = bounds_of(self.storage.engine)
+        return bounds.idle_in_transaction_timeout if bounds is not None else 0.0
+
+    def _keep_awake(self, conn: Connection, track: _Idle) -> None:
+        """After a handler: if the transaction has been quiet (handlers that do not use the
+        session, one after the other) for over a third of the idle-in-transaction timeout,
+        one round trip, so that only a single handler that runs that long ends it, never a
+        batch of short ones."""
+        idle = self._idle_timeout()
+        if idle > 0 and time.monotonic() - track.quiet_since > idle / 3:
+            conn.exec_driver_sql("SELECT 1").scalar()
+            track.quiet_since = time.monotonic()
 
     def finish(
         self,
@@ -196,7 +276,10 @@ class Dispatcher:
     # -- one batch ------------------------------------------------------------------------
 
     def _dispatch_together(
-        self, works: Sequence[Work], writing: AbstractContextManager[object]
+        self,
+        works: Sequence[Work],
+        writing: AbstractContextManager[object],
+        track: _Idle,
     ) -> list[Outcome]:
         now = self.storage.now()
         outcomes: list[Outcome] = []
@@ -273,7 +356,7 @@ class Dispatcher:
                     outcomes.append(Outcome(status=verdict.decision, ran=(), failures=()))
                     continue
                 ran, failures, deferrals, only_conflicts, refused = self._run_handlers(
-                    conn, handler_guard, c, work.handlers, done.get(c.pk, set()), ledger, now
+                    conn, handler_guard, c, work.handlers, done.get(c.pk, set()), ledger, now, track
                 )
                 if failures:
                     final = self._final(c, "failed", "\n".join(failures), now, soon=only_conflicts)
@@ -356,6 +439,7 @@ class Dispatcher:
         done: set[str],
         ledger: list[dict[str, Any]],
         now: datetime,
+        track: _Idle,
     ) -> tuple[
         tuple[str, ...],
         tuple[str, ...],
@@ -371,21 +455,31 @@ class Dispatcher:
         for name, call, needs_session in handlers:
             if name in done:
                 continue
-            if needs_session:
-                # In a savepoint of its own, with a session that cannot end the transaction;
-                # raises when the database was lost (the batch is aborted) or when the
-                # handler ended the transaction (the batch is dispatched again, one by one).
-                try:
-                    failure = handler_guard().run(call)
-                except TransactionEnded as ended:
-                    raise _HandlerEndedTransaction(claimed.pk, name, ended.error) from ended
+            started = time.monotonic()
+            try:
+                if needs_session:
+                    # In a savepoint of its own, with a session that cannot end the
+                    # transaction; raises when the database was lost (the batch is aborted)
+                    # or when the handler ended the transaction (the batch is dispatched
+                    # again, one by one).
+                    try:
+                        failure = handler_guard().run(call)
+                    except TransactionEnded as ended:
+                        raise _HandlerEndedTransaction(claimed.pk, name, ended.error) from ended
+                else:
+                    # No session, no savepoint: nothing of the handler's is in the transaction.
+                    failure = None
+                    try:
+                        call(cast(Session, None))
+                    except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+                        failure = exc
+            finally:
+                # What the transaction sat idle on last (see Dispatcher._stalled_handler).
+                track.last = (claimed.pk, name, time.monotonic() - started)
+            if needs_session:  # its savepoint's release or rollback: the transaction is awake
+                track.quiet_since = time.monotonic()
             else:
-                # No session, no savepoint: nothing of the handler's is in the transaction.
-                failure = None
-                try:
-                    call(cast(Session, None))
-                except Exception as exc:  # noqa: BLE001 - a handler may raise anything
-                    failure = exc
+                self._keep_awake(conn, track)
             if failure is None:
                 ledger.append(_ledger_row(claimed.pk, name, "succeeded", None, now))
                 ran.append(name)
@@ -508,7 +602,8 @@ def _ledger_row(
 
 
 def _failing(work: Work, ended: _HandlerEndedTransaction) -> Work:
-    """``work`` as it is dispatched again after a handler ended the batch's transaction:
+    """``work`` as it is dispatched again after a handler ended (or stalled) the batch's
+    transaction:
     that handler (if it is one of this event's) fails with ``ended.error``, not run again."""
     if work.claimed.pk != ended.event_pk:
         return work

@@ -7,6 +7,7 @@ The blueprint (:mod:`receiver.web.blueprint`), the console and the commands
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,9 @@ class ReceiverState:
     #: The one account when it is the only one there can be (configuration only, one
     #: account): the shared URL takes every delivery as its, as before accounts existed.
     single: Account | None = None
+    #: The worker process's store for its lease (PostgreSQL: an engine of its own, every
+    #: wait bounded, see :mod:`receiver.storage.bounds`); ``None``: :attr:`store`.
+    worker_store: Callable[[float], Store] | None = None
 
     def account(self, account_id: str) -> Account:
         """The account ``account_id``, or :class:`ConfigurationError` if there is none."""
@@ -55,13 +59,30 @@ class ReceiverState:
             raise ConfigurationError(f"unknown account {str(account_id)[:80]!r}")
         return found
 
-    def worker(self, *, name: str | None = None, **overrides: float) -> Worker:
+    def worker(
+        self,
+        *,
+        name: str | None = None,
+        bounded: bool = False,
+        lease_seconds: float | None = None,
+        poll_interval: float | None = None,
+        batch_size: int | None = None,
+    ) -> Worker:
+        """A worker on the app's store; ``bounded`` (the ``worker`` command): on the
+        worker's own, whose every wait for PostgreSQL is bounded, and which ``--burst``
+        gives up on after :attr:`WorkerConfig.give_up_after`."""
+        lease = self.settings.lease_seconds if lease_seconds is None else lease_seconds
+        answer = self.settings.bounds(lease).answer_timeout
         config = WorkerConfig(
-            lease_seconds=overrides.get("lease_seconds", self.settings.lease_seconds),
-            poll_interval=overrides.get("poll_interval", self.settings.poll_interval),
-            batch_size=int(overrides.get("batch_size", self.settings.batch_size)),
+            lease_seconds=lease,
+            poll_interval=self.settings.poll_interval if poll_interval is None else poll_interval,
+            batch_size=self.settings.batch_size if batch_size is None else batch_size,
+            give_up_after=answer if answer is not None else lease,
         )
-        return Worker(self.store, self.registry, config, name=name)
+        store = self.store
+        if bounded and self.worker_store is not None:
+            store = self.worker_store(lease)
+        return Worker(store, self.registry, config, name=name)
 
 
 def receiver_state(app: Flask | None = None) -> ReceiverState:

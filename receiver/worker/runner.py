@@ -33,6 +33,7 @@ from receiver.core.errors import (
 )
 from receiver.core.events import parse_event
 from receiver.core.registry import Registry
+from receiver.storage.bounds import answer_watch, phase
 from receiver.storage.context import describe_database_error, is_database_error
 from receiver.storage.dispatch import HandlerCall, Outcome, Work
 from receiver.storage.filelock import WritersLock
@@ -73,6 +74,9 @@ class WorkerConfig:
     poll_interval: float = 0.5
     #: Events (of distinct objects) leased per claim transaction.
     batch_size: int = 64
+    #: ``run(burst=True)``: give up (:attr:`Worker.gave_up`) once the database has not
+    #: answered a round for this many seconds (``None``: never, it waits for it).
+    give_up_after: float | None = None
 
 
 class Worker:
@@ -104,6 +108,13 @@ class Worker:
         self._stranded: list[Claimed] = []
         #: When the next error about an unreadable intake may be logged (one a minute).
         self._intake_error_quiet_until = 0.0
+        #: ``run(burst=True)`` gave up: the database did not answer within
+        #: :attr:`WorkerConfig.give_up_after` (the ``worker`` command exits 5).
+        self.gave_up = False
+        #: Since when (monotonic) the database has not answered, and on what it was waiting
+        #: (reported by :meth:`stalled`, or a storage error): ``action=resumed`` ends it.
+        self._trouble: tuple[float, str] | None = None
+        self._trouble_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Worker(name={self.name!r})"
@@ -118,38 +129,69 @@ class Worker:
         Storage failures (database down, network cut) do not end the worker: it logs them,
         backs off and carries on, and nothing is lost meanwhile. The leases of the batch it
         was working on are given back (attempt returned) as soon as the database answers
-        again, so those events need not wait for their leases to expire; ``burst`` never
-        returns while it still holds one.
+        again, so those events need not wait for their leases to expire; ``burst`` does not
+        return while it still holds one, unless the database has not answered for
+        :attr:`WorkerConfig.give_up_after` seconds: then it gives up (:attr:`gave_up`; the
+        leases expire). On PostgreSQL (:mod:`receiver.storage.bounds`) a wait that outlasts
+        the statement timeout is logged (``action=stalled``), and the first round the
+        database answers after a stall or a storage error is logged ``action=resumed``.
         """
         log.info("worker started", extra={"action": "worker_start", "worker": self.name})
         beater = Beater(self.store.engine, self.name) if self.heartbeat else None
+        watch = answer_watch(self.store.engine)
+        if watch is not None:
+            watch.add_listener(self)
         pause = self.config.poll_interval
         idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
-        while not self.stopping.is_set():
-            if beater is not None:
-                beater.beat(self.processed, monotonic=time.monotonic())
-            try:
-                self._give_back_stranded()
-                worked = self.run_once()
-            except SQLAlchemyError as exc:  # the database went away mid-batch, for example
-                log.error(
-                    "storage unavailable, retrying in %.1f s: %s",
-                    pause,
-                    describe_database_error(exc),
-                    extra={"action": "worker_storage_error", "worker": self.name},
-                )
-                self.stopping.wait(pause)
-                pause = min(pause * 2, 10.0)
-                continue
-            pause = self.config.poll_interval
-            if worked:
-                idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
-                continue
-            if burst and not self._stranded:
-                self._warn_intake_left()
-                break
-            self.stopping.wait(idle)
-            idle = min(idle * 2, self.config.poll_interval)
+        answered_at = time.monotonic()  # the end of the last round the database answered
+        try:
+            while not self.stopping.is_set():
+                if beater is not None:
+                    with phase("heartbeat"):
+                        beater.beat(self.processed, monotonic=time.monotonic())
+                try:
+                    with phase("giving back leases"):
+                        self._give_back_stranded()
+                    worked = self.run_once()
+                except SQLAlchemyError as exc:  # the database went away mid-batch, say
+                    self._troubled(describe_database_error(exc))
+                    give_up = self.config.give_up_after
+                    if burst and give_up is not None and time.monotonic() - answered_at >= give_up:
+                        self.gave_up = True
+                        log.error(
+                            "storage unavailable for %.1f s, giving up (--burst): %s%s",
+                            time.monotonic() - answered_at,
+                            describe_database_error(exc),
+                            f"; the leases of {len(self._stranded)} event(s) expire in "
+                            f"{self.config.lease_seconds:g} s"
+                            if self._stranded
+                            else "",
+                            extra={"action": "worker_gave_up", "worker": self.name},
+                        )
+                        break
+                    log.error(
+                        "storage unavailable, retrying in %.1f s: %s",
+                        pause,
+                        describe_database_error(exc),
+                        extra={"action": "worker_storage_error", "worker": self.name},
+                    )
+                    self.stopping.wait(pause)
+                    pause = min(pause * 2, 10.0)
+                    continue
+                answered_at = time.monotonic()
+                self._resumed()
+                pause = self.config.poll_interval
+                if worked:
+                    idle = min(FIRST_IDLE_PAUSE, self.config.poll_interval)
+                    continue
+                if burst and not self._stranded:
+                    self._warn_intake_left()
+                    break
+                self.stopping.wait(idle)
+                idle = min(idle * 2, self.config.poll_interval)
+        finally:
+            if watch is not None:
+                watch.remove_listener(self)
         if beater is not None:
             beater.stop()
         log.info(
@@ -157,6 +199,49 @@ class Worker:
             extra={"action": "worker_stop", "worker": self.name, "processed": self.processed},
         )
         return self.processed
+
+    # -- the watchdog (receiver.storage.bounds.StallListener) -----------------------------
+
+    def stalled(self, waiting_on: str, phase: str, seconds: float) -> None:
+        """The database has not answered one of this worker's statements for ``seconds``
+        (called from the watch's thread): say on what it waits, once per stall."""
+        what = f"{waiting_on} ({phase})" if phase else waiting_on
+        if self._troubled(what, since=time.monotonic() - seconds):
+            log.warning(
+                "the database has not answered for %.1f s: waiting on %s",
+                seconds,
+                what,
+                extra={
+                    "action": "stalled",
+                    "worker": self.name,
+                    "phase": phase,
+                    "waiting_on": waiting_on,
+                },
+            )
+
+    def answered(self, waiting_on: str, phase: str, seconds: float) -> None:
+        """A stalled statement got its answer after all (its round then ends as usual)."""
+
+    def _troubled(self, what: str, *, since: float | None = None) -> bool:
+        """Note that the database is not answering; ``True`` if that is news."""
+        with self._trouble_lock:
+            if self._trouble is not None:
+                return False
+            self._trouble = (time.monotonic() if since is None else since, what)
+            return True
+
+    def _resumed(self) -> None:
+        with self._trouble_lock:
+            trouble, self._trouble = self._trouble, None
+        if trouble is None:
+            return
+        since, what = trouble
+        log.warning(
+            "the database answers again after %.1f s (it was waiting on %s)",
+            time.monotonic() - since,
+            what,
+            extra={"action": "resumed", "worker": self.name},
+        )
 
     def _give_back_stranded(self) -> None:
         """Give back the leases of a batch the database failed under, once it answers again:
@@ -183,7 +268,7 @@ class Worker:
             return 0  # found without taking the write lock
         entered = False
         try:
-            with self._writing():
+            with phase("claim"), self._writing():
                 entered = True
                 # Under the claim's writers' lock: no claim without the move before it, so an
                 # object's earlier event waiting in the intake is its head, as in the inbox.
@@ -209,17 +294,18 @@ class Worker:
         heartbeat.start()
         timings: dict[int, _Timings] = {}
         try:
-            works = [
-                work
-                for claimed in batch
-                if (work := self._work(claimed, timings, heartbeat.writing)) is not None
-            ]
-            if self.store.single_writer and self._writers is not None:
-                outcomes = self._dispatch_in_turns(works, heartbeat.writing)
-            elif self.store.single_writer:
-                outcomes = self._dispatch_yielding(works, heartbeat.writing)
-            else:
-                outcomes = self.store.dispatcher.dispatch_many(works, writing=heartbeat.writing)
+            with phase(f"dispatching {len(batch)} event(s)"):
+                works = [
+                    work
+                    for claimed in batch
+                    if (work := self._work(claimed, timings, heartbeat.writing)) is not None
+                ]
+                if self.store.single_writer and self._writers is not None:
+                    outcomes = self._dispatch_in_turns(works, heartbeat.writing)
+                elif self.store.single_writer:
+                    outcomes = self._dispatch_yielding(works, heartbeat.writing)
+                else:
+                    outcomes = self.store.dispatcher.dispatch_many(works, writing=heartbeat.writing)
         except SQLAlchemyError:
             # The database failed under the batch (a handler's own failure is recorded, not
             # raised): its events stay ours until given back (see _give_back_stranded).
@@ -668,8 +754,9 @@ class _Heartbeat:
             if not held:
                 return
             try:
-                with nullcontext() if self._store.single_writer else self.writing:
-                    kept = self._store.queue.renew(held, self._lease)
+                with phase("renewing leases"):
+                    with nullcontext() if self._store.single_writer else self.writing:
+                        kept = self._store.queue.renew(held, self._lease)
             except Exception as exc:  # noqa: BLE001 - keep trying; the lease may still hold
                 # Named, not traced: a database error's text carries the statement's
                 # parameters. On SQLite a renewal waits for (and may time out on) the write

@@ -117,7 +117,7 @@ def db_group() -> None:
 @db_group.command("upgrade", help="Create or upgrade every hookledger table.")
 @click.pass_obj
 def db_upgrade(obj: Context) -> None:
-    engine = obj.inbox().engine
+    engine = obj.migration_engine()
     try:
         db.upgrade(engine)
         db.upgrade(engine, tree=RECONCILE_MIGRATIONS)

@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 import receiver.storage.database as db
 from receiver.config.data_at_rest import from_environment
+from receiver.config.settings import reconciler_bounds
 from receiver.core.accounts import (
     DEFAULT_ACCOUNT,
     Account,
@@ -194,13 +195,15 @@ class Context:
         return str(value) if value else None
 
     def inbox(self) -> Store:
+        """The store, on an engine whose every wait for PostgreSQL is bounded
+        (``HOOKLEDGER_STATEMENT_TIMEOUT``... see :func:`reconciler_bounds`)."""
         if self._inbox is None:
             if not self.database_url:
                 fail("set HOOKLEDGER_DATABASE_URL (or --database-url)")
             try:
                 data = from_environment()  # HOOKLEDGER_DATA_KEYS: what it stores is sealed too
                 self._inbox = Store(
-                    db.make_engine(self.database_url),
+                    db.make_engine(self.database_url, bounds=reconciler_bounds()),
                     keyring=data.keyring,
                     rejections=data.rejections,
                     order_fields=data.order_fields,
@@ -278,6 +281,16 @@ class Context:
             account=self.account,
             accounts=self.accounts(),
         )
+
+    def migration_engine(self) -> Any:
+        """An engine for ``reconcile db upgrade``: no statement timeout (a migration may
+        run long)."""
+        if not self.database_url:
+            fail("set HOOKLEDGER_DATABASE_URL (or --database-url)")
+        try:
+            return db.make_engine(self.database_url)
+        except ConfigurationError as exc:
+            fail(exc.message)
 
     def check_schema(self) -> None:
         engine = self.inbox().engine

@@ -6,12 +6,18 @@
         proxy.cut()                                # close every link, refuse new ones
         proxy.cut(mode="reset")                    # close every link, reset new ones
         proxy.cut(mode="blackhole")                # close every link, accept new ones, never answer
+        proxy.cut(mode="stall")                    # keep every link, forward nothing either way
         proxy.restore()
 
 ``refuse`` is a database server that is down (connections are refused at once); ``reset`` is
 a server that drops new connections at once (and lets the test count the attempts in
 ``reset``); ``blackhole`` is a network partition (the TCP handshake succeeds, then nothing
-ever comes back).
+ever comes back); ``stall`` is a hung server or proxy in between: every open link stays
+open and every byte sent on it is read and dropped, new connections are accepted and treated
+alike (TCP acknowledges, keepalives are answered, nothing ever comes back). ``restore`` after
+a stall answers new connections again, but the links that were stalled stay stalled: the
+bytes they lost leave their protocol state unknown, as with a real hung proxy, so only a
+client-side bound gets their user out.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 from types import TracebackType
 from typing import Literal
 
-CutMode = Literal["refuse", "reset", "blackhole"]
+CutMode = Literal["refuse", "reset", "blackhole", "stall"]
 
 
 class TcpProxy:
@@ -36,6 +42,8 @@ class TcpProxy:
         self._mode: CutMode | None = None
         self._links: set[socket.socket] = set()  # every socket of every live link
         self._held: set[socket.socket] = set()  # blackholed client sockets
+        self._stalled: set[socket.socket] = set()  # stalled sockets: read from, never sent to
+        self._upstreams: set[socket.socket] = set()  # the server's side of each link
         self._listener: socket.socket | None = None
         self._accepter: threading.Thread | None = None
         self._closed = False
@@ -75,9 +83,13 @@ class TcpProxy:
         return self._mode is not None
 
     def cut(self, mode: CutMode = "refuse") -> None:
-        """Close every open link; then refuse (or blackhole) new connections until restore."""
+        """Close every open link; then refuse (or blackhole) new connections until restore.
+        ``stall``: keep the open links, but forward nothing on them from now on."""
         with self._lock:
             self._mode = mode
+            if mode == "stall":
+                self._stalled.update(self._links)
+                return
         if mode == "refuse":
             self._stop_listening()
         self._drop_all()
@@ -145,6 +157,16 @@ class TcpProxy:
                 if mode == "blackhole" and not closed:
                     self._held.add(client)
                     continue
+                if mode == "stall" and not closed:
+                    self._stalled.add(client)
+                    self._links.add(client)
+                    threading.Thread(
+                        target=self._pump,
+                        args=(client, client),
+                        name="tcp-proxy-swallow",
+                        daemon=True,
+                    ).start()
+                    continue
             if closed or mode is not None:
                 self.reset += 1
                 with contextlib.suppress(OSError):  # RST, not an orderly close
@@ -159,6 +181,7 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._links.update((client, upstream))
+                self._upstreams.add(upstream)
             for src, dst in ((client, upstream), (upstream, client)):
                 threading.Thread(
                     target=self._pump, args=(src, dst), name="tcp-proxy-pump", daemon=True
@@ -170,15 +193,26 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                if src in self._stalled or dst in self._stalled:
+                    continue  # swallowed
                 dst.sendall(data)
         except OSError:
             pass
         finally:
             with self._lock:
+                # A stalled link whose server side ends (its idle timeout, say) stays open
+                # on the client's side, still swallowing: nothing comes back, not even EOF.
+                keep = src in self._upstreams and dst in self._stalled and not self._closed
                 self._links.discard(src)
-                self._links.discard(dst)
+                self._stalled.discard(src)
+                self._upstreams.discard(src)
+                if not keep:
+                    self._links.discard(dst)
+                    self._stalled.discard(dst)
+                    self._upstreams.discard(dst)
             _close(src)
-            _close(dst)
+            if not keep:
+                _close(dst)
 
 
 def _close(sock: socket.socket) -> None:
