@@ -24,7 +24,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from receiver.config.settings import Settings, reconciler_bounds
-from receiver.core.bounds import Bounds
+from receiver.core.bounds import MIN_ANSWER_GRACE, Bounds
 from receiver.core.errors import ConfigurationError
 from receiver.core.events import Event, parse_event
 from receiver.core.registry import Registry
@@ -453,3 +453,57 @@ def test_a_running_worker_logs_the_stall_resumes_by_itself_and_burst_gives_up(
         proxy.restore()
         store.engine.dispose()
         direct.engine.dispose()
+
+
+@pg
+@pytest.mark.storage
+def test_the_reconcilers_engine_is_bounded_and_its_migrations_are_not(
+    migrated: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reconcile.cli.context import Context
+
+    monkeypatch.setenv("HOOKLEDGER_STATEMENT_TIMEOUT", "7")
+    context = Context(migrated, None, None)
+    engine, migrations = context.inbox().engine, context.migration_engine()
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW statement_timeout").scalar() == "7s"
+            assert conn.exec_driver_sql("SHOW lock_timeout").scalar() == "3500ms"
+        with migrations.connect() as conn:  # reconcile db upgrade: may run long
+            assert conn.exec_driver_sql("SHOW statement_timeout").scalar() == "0"
+        assert answer_watch(engine) is not None and answer_watch(migrations) is None
+    finally:
+        engine.dispose()
+        migrations.dispose()
+
+
+@pg
+@pytest.mark.storage
+def test_the_worker_command_gets_a_bounded_store_and_the_web_keeps_its_own(
+    migrated: str,
+) -> None:
+    from flask import Flask
+
+    from receiver.extension import WebhookReceiver
+
+    app = Flask("bounded")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=migrated,
+        HOOKLEDGER_SECRETS="k:secret",
+        HOOKLEDGER_STATEMENT_TIMEOUT="2",
+    )
+    WebhookReceiver(app)
+    state = WebhookReceiver.state(app)
+    worker = state.worker(bounded=True, lease_seconds=30)
+    inline = state.worker()
+    try:
+        assert inline.store is state.store and answer_watch(state.store.engine) is None
+        with worker.store.engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW statement_timeout").scalar() == "2s"
+            assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == (
+                "5min"
+            )
+        assert worker.config.give_up_after == 2 + MIN_ANSWER_GRACE
+    finally:
+        worker.store.engine.dispose()
+        state.store.engine.dispose()
