@@ -172,7 +172,9 @@ class AccountSource(Protocol):
 
     def for_body(self, merchant_id: str | None, profile_id: str | None) -> Account | None:
         """The one account a delivery naming ``merchant_id`` (and ``profile_id``) belongs
-        to, or ``None`` if none or more than one claim it."""
+        to, or ``None`` if none or more than one claim it. A deactivated account
+        (``active=False``) may be answered: the body is still its, so hookledger refuses
+        it rather than handing it to another account (:func:`only_owner`)."""
 
     def ids(self) -> Iterable[str]:
         """Every account's id (the reconciler's scheduler walks them)."""
@@ -248,10 +250,16 @@ class ChainedAccounts:
 def only_owner(
     accounts: Iterable[Account], merchant_id: str | None, profile_id: str | None
 ) -> Account | None:
-    """The one active account that owns a body naming ``merchant_id`` and ``profile_id``,
+    """The one account that owns a body naming ``merchant_id`` and ``profile_id``,
     preferring an account that names the profile over one that names only the merchant;
-    ``None`` when none does or the choice is ambiguous (never "any account")."""
-    owners = [a for a in accounts if a.active and a.owns(merchant_id, profile_id)]
+    ``None`` when none does or the choice is ambiguous (never "any account").
+
+    A deactivated account still owns what it owned: among the most specific owners an
+    active one is chosen, and when there is none the deactivated one is answered (its
+    ``active`` is ``False``), so that callers refuse the body instead of handing a
+    deactivated brand's or seller's objects to a less specific account (a merchant's
+    catch-all account, the platform's default one)."""
+    owners = [a for a in accounts if a.owns(merchant_id, profile_id)]
     if len(owners) > 1 and profile_id is not None:
         specific = [a for a in owners if profile_id in a.profile_ids]
         if specific:
@@ -260,17 +268,21 @@ def only_owner(
         specific = [a for a in owners if a.merchant_id is not None]
         if specific:
             owners = specific
-    return owners[0] if len(owners) == 1 else None
+    active = [a for a in owners if a.active]
+    if active:
+        return active[0] if len(active) == 1 else None
+    return owners[0] if owners else None
 
 
 def merchant_naming(accounts: AccountSource, profile_id: str) -> str | None:
-    """The merchant of the active account that names ``profile_id`` (a profile id is the
-    processor's, unique across merchants), or ``None`` when none does. Reads every account:
+    """The merchant of the account that names ``profile_id`` (a profile id is the
+    processor's, unique across merchants; a deactivated account still names it), or
+    ``None`` when none does. Reads every account:
     for objects that do not name their merchant (a refund, a dispute)."""
     found = None
     for account_id in accounts.ids():
         account = accounts.get(account_id)
-        if account is not None and account.active and profile_id in account.profile_ids:
+        if account is not None and profile_id in account.profile_ids:
             found = account.merchant_id
             if found is not None:
                 break
@@ -311,6 +323,12 @@ def owner_of_object(
         account = accounts.get(account_id) if is_account_id(account_id) else None
         if account is None:
             raise ConfigurationError(f"unknown account {str(account_id)[:80]!r}")
+        if not account.active:
+            raise NotTheAccounts(
+                f"account {account.id!r} is deactivated: nothing is filed under it"
+            )
+        if routed is not None and not routed.active:
+            raise _deactivated(named, routed)
         if routed is not None and routed.id != account.id:
             raise NotTheAccounts(
                 f"{named} is account {routed.id!r}'s, not {account.id!r}'s: observe it "
@@ -323,6 +341,8 @@ def owner_of_object(
             )
         return account
     if merchant is not None:
+        if routed is not None and not routed.active:
+            raise _deactivated(named, routed)
         if routed is None and single is not None and single.active:
             return single  # as the shared URL: the one account takes what nobody owns
         if routed is None:
@@ -337,6 +357,13 @@ def owner_of_object(
             "several accounts, pass account="
         )
     return only
+
+
+def _deactivated(named: str, owner: Account) -> NotTheAccounts:
+    return NotTheAccounts(
+        f"{named} is account {owner.id!r}'s, which is deactivated: activate it to observe "
+        "its objects (no other account takes them)"
+    )
 
 
 def _only_active(accounts: AccountSource) -> Account | None:

@@ -272,11 +272,10 @@ class AccountTable:
         return self._usable(row)
 
     def of_merchant(self, merchant_id: str) -> list[Account]:
-        """The active accounts of ``merchant_id`` (through its index)."""
+        """The accounts of ``merchant_id`` (through its index), deactivated ones too: they
+        still own their merchant's and profiles' bodies (:func:`only_owner`)."""
         with self._database(), self.storage.deferred.connect() as conn:
-            rows = conn.execute(
-                select(ACCOUNT).where(ACCOUNT.c.merchant_id == merchant_id, ACCOUNT.c.active)
-            ).all()
+            rows = conn.execute(select(ACCOUNT).where(ACCOUNT.c.merchant_id == merchant_id)).all()
         return [a for a in (self._usable(r) for r in rows) if a is not None]
 
     def version(self) -> tuple[int, Any]:

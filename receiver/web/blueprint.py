@@ -103,7 +103,15 @@ def _account_of(
             "no single account owns this delivery's merchant_id and profile_id; "
             "post it to its account's URL"
         )
-    return owner, event
+    return _receiving(owner), event
+
+
+def _receiving(owner: Account) -> Account:
+    """``owner``, unless it was deactivated: its deliveries are refused, never handed to
+    another account (:func:`receiver.core.accounts.only_owner`)."""
+    if not owner.active:
+        raise AccountUnknown(f"account {owner.id!r} that owns this delivery is deactivated")
+    return owner
 
 
 def _single_or_stored(
@@ -119,10 +127,13 @@ def _single_or_stored(
         event = parse_event(body)
     except ReceiveError:
         return single, None  # refused as before (its signature is checked first)
-    if single.owns(event.merchant_id, event.profile_id):
-        return single, event
+    # Every account's rule, the configured one's included: a stored account naming a
+    # profile of the configured account's merchant owns that profile's deliveries, as
+    # observe() and the reconciler file them (a deactivated one: refused).
     owner = state.accounts.for_body(event.merchant_id, event.profile_id)
-    return (owner if owner is not None else single), event
+    if owner is None:
+        return single, event  # nobody owns it (or not one alone): the one account's
+    return _receiving(owner), event
 
 
 def receive(account_id: str | None = None) -> tuple[Response, int]:

@@ -10,7 +10,8 @@ refund or a dispute shows none, so it is the account's (the key reads its own me
 for an account that names no merchant, the merchant of the account that names the profile
 (a profile id is the processor's, unique across merchants). So an account that names its
 profiles owns those; an account that names none owns the merchant's other profiles, except
-those another account names; an object two accounts claim alike is neither's. An object
+those another account names, even one that was deactivated (its objects are then
+nobody's, never the catch-all's); an object two accounts claim alike is neither's. An object
 that shows no profile (a mandate: ``MandateResponse`` has none) is the account's when it is
 of the account's merchant.
 
@@ -84,8 +85,8 @@ class Ownership:
         found = self._owners.get(key)
         if found is None:
             owner = self.accounts.for_body(merchant, profile_id)
-            if owner is not None:
-                found = owner.id == self.account_id
+            if owner is not None:  # a deactivated owner: nobody's (never reconciled)
+                found = owner.active and owner.id == self.account_id
             else:
                 # Nobody claims it, or two accounts alike: a known account does not take
                 # it; one the source does not know takes what no known account claims.

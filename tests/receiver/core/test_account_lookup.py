@@ -60,3 +60,24 @@ def test_a_default_account_without_merchant_id_does_not_hide_the_merchants_own_s
         ChainedAccounts(StaticAccounts([twin]), StaticAccounts(sellers)).for_body("mer_1", None)
         is None
     )
+
+
+def test_a_deactivated_account_keeps_what_it_owned_from_a_less_specific_one() -> None:
+    """Review of issue 28: a merchant's catch-all account (no profiles) and a brand naming
+    its profile, deactivated; or a platform's default account beside a deactivated seller.
+    The deactivated account is answered (inactive), so its deliveries and objects are
+    refused, never handed to the catch-all or the default account; a seller onboarded again
+    under a new id with the same merchant takes it over."""
+    catch_all = Account(id="rest", merchant_id="mer_a")
+    brand = Account(id="eu", merchant_id="mer_a", profile_ids=("pro_eu",), active=False)
+    owner = StaticAccounts([catch_all, brand]).for_body("mer_a", "pro_eu")
+    assert owner is not None and (owner.id, owner.active) == ("eu", False)
+    assert StaticAccounts([catch_all, brand]).for_body("mer_a", "pro_uk") == catch_all
+    default = Account(id="default")
+    gone = Account(id="seller_old", merchant_id="mer_b", active=False)
+    chained = ChainedAccounts(StaticAccounts([default]), StaticAccounts([gone]))
+    assert chained.for_body("mer_b", None) == gone
+    again = Account(id="seller_new", merchant_id="mer_b")
+    assert StaticAccounts([default, gone, again]).for_body("mer_b", None) == again
+    chained = ChainedAccounts(StaticAccounts([default]), StaticAccounts([gone, again]))
+    assert chained.for_body("mer_b", None) == again

@@ -283,7 +283,9 @@ def test_the_source_reads_the_table_per_call(store: Any) -> None:
     assert found is not None and found.id == "shop-1" and source.ids() == ["shop-1"]
     assert source.for_body(None, None) is None and source.for_body("m_else", None) is None
     sealed.accounts.set_active("shop-1", False)
-    assert source.get("shop-1") is None and source.for_body("m_shop", None) is None
+    assert source.get("shop-1") is None
+    gone = source.for_body("m_shop", None)  # still its: refused, nobody else's
+    assert gone is not None and (gone.id, gone.active) == ("shop-1", False)
     assert source.ids() == []
 
 
@@ -366,7 +368,8 @@ def test_what_a_process_read_of_the_table_is_kept_a_second(make_app: AppFactory)
     now[0] += 0.5
     assert source.for_body("m_shop", None) == found  # within the second: as read
     now[0] += 0.6
-    assert source.for_body("m_shop", None) is None
+    gone = source.for_body("m_shop", None)
+    assert gone is not None and not gone.active
     assert source.get("shop-1") is None
 
 
@@ -423,3 +426,54 @@ def test_set_keys_usage_errors(make_app: AppFactory) -> None:
     assert both.exit_code == 2 and "one of them" in both.output
     missing = _cli(app, "set-keys", "shop-9", input=json.dumps({"api_key": NEW_API_KEY}))
     assert missing.exit_code == 1 and "no stored account 'shop-9'" in missing.output
+
+
+def test_a_deactivated_sellers_objects_are_never_the_default_accounts(
+    make_app: AppFactory,
+) -> None:
+    """Review of issue 28: a platform's default account (naming its merchant) beside a stored
+    seller that was deactivated. observe() of the seller's payment used to file it under the
+    default account (dispatched there, under the platform), and the seller's delivery at the
+    shared URL was verified with the default account's secrets; both are refused now."""
+    app, hooks = make_app(data_keys=f"k1:{KEY1}", merchant_id="m_default")
+    assert _add(app, "shop-1").exit_code == 0
+    assert _cli(app, "deactivate", "shop-1").exit_code == 0
+    theirs = build_event("payment_succeeded", merchant_id="m_shop", object_id="pay_s")
+    with app.app_context():
+        with pytest.raises(NotTheAccounts, match="'shop-1''s, which is deactivated"):
+            hooks.observe(dict(theirs["content"]["object"]))
+        with pytest.raises(NotTheAccounts, match="deactivated"):
+            hooks.observe(dict(theirs["content"]["object"]), account="default")
+    status, answer = _post(app, "/webhooks/", theirs, SHOP_SECRET)
+    assert (status, answer["error"]["code"]) == (404, "HL_07")
+    assert _accounts_of_events(app) == []
+    # Onboarded again under a new id, the seller's objects are the new account's.
+    assert _add(app, "shop-2").exit_code == 0
+    assert _post(app, "/webhooks/", theirs, SHOP_SECRET)[0] == 200
+    assert _accounts_of_events(app) == ["shop-2"]
+
+
+def test_a_stored_profile_of_the_configured_merchant_receives_at_the_shared_url(
+    make_app: AppFactory,
+) -> None:
+    """Review of issue 28: one configured account naming its merchant, and a brand of the same
+    merchant added later (``accounts add brand_us --merchant-id m --profile-id pro_us``).
+    The shared URL handed the brand's deliveries to the configured account (verified with
+    its secrets: refused, or, with a shared key, stored there) while observe() and the
+    reconciler filed the same payment under the brand: dispatched twice. Now the shared URL
+    routes it to the brand, as the README says."""
+    app, hooks = make_app(data_keys=f"k1:{KEY1}", merchant_id="m_default")
+    assert _add(app, "brand_us", "--profile-id", "pro_us", merchant="m_default").exit_code == 0
+    brand = build_event(
+        "payment_succeeded", merchant_id="m_default", object_id="pay_u", profile_id="pro_us"
+    )
+    own = build_event(
+        "payment_succeeded", merchant_id="m_default", object_id="pay_d", profile_id="pro_d"
+    )
+    assert _post(app, "/webhooks/", brand, SECRETS["primary"])[0] == 401
+    assert _post(app, "/webhooks/", brand, SHOP_SECRET)[0] == 200
+    assert _post(app, "/webhooks/", own, SECRETS["primary"])[0] == 200
+    with app.app_context():
+        seen = hooks.observe(dict(brand["content"]["object"]))
+    assert seen.stored == "inserted"  # beside the webhook, in the same account
+    assert _accounts_of_events(app) == ["brand_us", "default", "brand_us"]

@@ -43,6 +43,18 @@ LEGACY = Account(id="default")  # no merchant id, no profiles
         ((LEGACY, US), {"profile_id": "pro_us"}, {"us"}),
         ((LEGACY, US), {"merchant_id": M, "profile_id": "pro_us"}, {"us"}),
         ((LEGACY, US), {"profile_id": "pro_other"}, {"default"}),
+        # A deactivated brand's profile is still its: not the catch-all's (review of
+        # issue 28: the catch-all recovered and dispatched the brand's objects again).
+        (
+            (CATCH_ALL, Account(id="us", merchant_id=M, profile_ids=("pro_us",), active=False)),
+            {"merchant_id": M, "profile_id": "pro_us"},
+            set(),
+        ),
+        (
+            (CATCH_ALL, Account(id="us", merchant_id=M, profile_ids=("pro_us",), active=False)),
+            {"profile_id": "pro_us"},
+            set(),
+        ),
         # Another merchant's object: not an account of merchant_1's.
         ((EU, CATCH_ALL), {"merchant_id": "m_2", "profile_id": "pro_eu"}, set()),
         # Two accounts naming the same profile, alike: neither's (the shared URL refuses it).
@@ -59,12 +71,6 @@ LEGACY = Account(id="default")  # no merchant id, no profiles
         ),
         # An object that shows no profile (a mandate) is each of its merchant's accounts'.
         ((EU, US), {"mandate_id": "man_1"}, {"eu", "us"}),
-        # An inactive account names nothing: the catch-all takes its profile, as at the URL.
-        (
-            (Account(id="gone", merchant_id=M, profile_ids=("pro_us",), active=False), CATCH_ALL),
-            {"merchant_id": M, "profile_id": "pro_us"},
-            {"rest"},
-        ),
     ],
 )
 def test_the_owner_of_an_object(
