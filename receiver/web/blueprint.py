@@ -136,6 +136,26 @@ def _single_or_stored(
     return _receiving(owner), event
 
 
+def _check_owner(state: ReceiverState, account: Account, event: Event) -> None:
+    """A delivery to ``account``'s own URL must be its: its merchant and profile are the
+    account's, and the shared URL would not route it to another account (a brand that names
+    the profile, beside a catch-all naming only the merchant: the profiles of one merchant
+    sign with the merchant's key unless given their own, so the signature does not tell)."""
+    if not account.owns(event.merchant_id, event.profile_id):
+        raise AccountMismatch(
+            f"this delivery names another merchant or profile than account {account.id!r}"
+        )
+    single = state.single
+    if single is not None and single.id == account.id and single.merchant_id is None:
+        return  # the one account that takes every delivery (the table is never read)
+    owner = state.accounts.for_body(event.merchant_id, event.profile_id)
+    if owner is not None and owner.id != account.id:
+        raise AccountMismatch(
+            f"this delivery's merchant and profile are account {owner.id!r}'s, not "
+            f"{account.id!r}'s: the processor must send them to {owner.id!r}'s URL"
+        )
+
+
 def receive(account_id: str | None = None) -> tuple[Response, int]:
     state = receiver_state()
     remote = request.remote_addr
@@ -149,10 +169,8 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
         # (written once per process and account, before the delivery).
         state.store.operations.note_delivery(state.store.now(), account=account.id)
         event = parsed if parsed is not None else parse_event(body)
-        if account_id is not None and not account.owns(event.merchant_id, event.profile_id):
-            raise AccountMismatch(
-                f"this delivery names another merchant or profile than account {account.id!r}"
-            )
+        if account_id is not None:
+            _check_owner(state, account, event)
         if account.id != event.account:
             event = replace(event, account=account.id)
         check_event_age(event, state.settings.data.max_event_age, state.store.now)

@@ -171,6 +171,31 @@ def test_business_profiles_of_one_merchant_are_accounts_of_their_own(
     assert [acc for acc, _ in _stored(app)] == ["brand_a", "brand_b"]
 
 
+def test_a_brands_delivery_at_the_catch_alls_url_is_refused(make_app: AppFactory) -> None:
+    """Review of issue 28: a merchant's catch-all account (no profiles) and a brand naming its
+    profile, both signing with the merchant's key (a profile inherits the merchant account's
+    ``payment_response_hash_key`` unless given its own). A brand delivery sent to the
+    catch-all's URL (its profile's webhook URL not yet moved when the brand was split out)
+    was stored under the catch-all, while the brand's reconcile recovered the same payment
+    under the brand: dispatched twice. It is refused (403 HL_08) as observe() refuses it."""
+    key = "k:whsec_merchant_key_0001"
+    profiles = {
+        "rest": {"merchant_id": "m_1", "secrets": key},
+        "brand_eu": {"merchant_id": "m_1", "profile_ids": ["pro_eu"], "secrets": key},
+    }
+    app, hooks = make_app(secrets="", accounts=json.dumps(profiles))
+    eu = build_event("payment_succeeded", merchant_id="m_1", profile_id="pro_eu")
+    uk = build_event("payment_succeeded", merchant_id="m_1", profile_id="pro_uk")
+    status, answer = _post(app, "/webhooks/rest/", eu, "whsec_merchant_key_0001")
+    assert (status, answer["error"]["code"]) == (403, "HL_08")
+    assert "'brand_eu''s" in answer["error"]["message"]
+    assert _post(app, "/webhooks/brand_eu/", eu, "whsec_merchant_key_0001")[0] == 200
+    assert _post(app, "/webhooks/rest/", uk, "whsec_merchant_key_0001")[0] == 200
+    with app.app_context(), pytest.raises(NotTheAccounts):
+        hooks.observe(dict(eu["content"]["object"]), account="rest")
+    assert [acc for acc, _ in _stored(app)] == ["brand_eu", "rest"]
+
+
 def test_the_default_account_keeps_todays_settings_beside_new_accounts(
     make_app: AppFactory,
 ) -> None:
