@@ -159,7 +159,7 @@ def worker_cmd(
     reached = _wait_for_schema(worker.store.engine, worker.stopping, give_up_after=give_up)
     if reached is None:
         fail(
-            f"hookledger worker --burst: the database did not answer within {give_up:g} s",
+            f"worker --burst: the database did not answer within {give_up:g} s",
             EXIT_DATABASE,
         )
     if not reached:
@@ -185,8 +185,7 @@ def worker_cmd(
     click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
     if worker.gave_up:
         fail(
-            f"hookledger worker --burst: the database did not answer within "
-            f"{worker.config.give_up_after:g} s",
+            f"worker --burst: the database did not answer within {worker.config.give_up_after:g} s",
             EXIT_DATABASE,
         )
 
