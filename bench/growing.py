@@ -16,10 +16,11 @@ on a new ledger or one whose autovacuum is behind: the done events, their dead r
 and index entries, and the deleted leases all stay. One worker process for the whole run,
 so its connection keeps the plans it made while the ledger was empty (a worker restarted per
 batch would plan afresh and hide them). Target: the last batch's rate within 0.85x of the
-first's (the ratio of the last three to the first three is reported too). Also reported:
-each batch's CPU per event, the worker process's and its database sessions' (from
-``/proc``; the web processes' sessions are idle meanwhile), which a loaded machine disturbs
-less than the rate.
+first's (the ratio of the last three to the first three is reported too). Also reported,
+per event of each batch: the CPU of the worker process and its database sessions (from
+``/proc``; the web processes' sessions are idle meanwhile), and the pages the database's
+sessions read (``pg_stat_database``, after the sessions have reported them): the work done,
+which the machine's load does not change (on a loaded machine the rates swing by 2x).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from bench.common import (
 from bench.drain import _no_statistics, _wait_drained, _worker
 from bench.endtoend import HOOKLEDGER_APP, _errors, _post_all
 
+#: Seconds for idle sessions to report their statistics (PostgreSQL: within 10 s).
+STATS_FLUSH = 11.0
 #: The last batch's rate must be at least this much of the first's.
 FLAT_FLOOR = 0.85
 
@@ -69,6 +72,9 @@ class Growing:
     rates: list[float] = field(default_factory=list)  # events/s of each batch, in order
     #: CPU per event of each batch (ms): the worker process and its database sessions.
     cpu_ms: list[float] = field(default_factory=list)
+    #: Pages read per event of each batch by the database's sessions (shared buffers hit or
+    #: read): the work done, whatever the machine's load.
+    pages: list[float] = field(default_factory=list)
     errors: int = 0  # HTTP errors while posting
 
     @property
@@ -124,6 +130,34 @@ def _cpu_of(engine: sa.Engine, db: Database, worker: int) -> dict[int, float]:
     return {pid: _cpu(pid) for pid in pids}
 
 
+def _pages(engine: sa.Engine, db: Database) -> int:
+    """Pages the bench database's sessions have read (shared buffers or not), as far as the
+    sessions have reported them (a busy session reports at most once a second, an idle one
+    within ten)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text("SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = :d"),
+                {"d": db.pg_name},
+            ).scalar_one()
+        )
+
+
+def _wait_open(engine: sa.Engine, timeout: float) -> None:
+    """Until no event is open (polled twice a second: the poll reads pages too)."""
+    deadline = time.monotonic() + timeout
+    query = sa.text(
+        "SELECT count(*) FROM hookledger_event WHERE status IN ('pending', 'processing')"
+    )
+    while True:
+        with engine.connect() as conn:
+            if int(conn.execute(query).scalar_one()) == 0:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"events still open after {timeout:g} s")
+        time.sleep(0.5)
+
+
 def _wait_idle(engine: sa.Engine, timeout: float) -> None:
     """No event open, and the worker past its last batch (back in its poll wait)."""
     _wait_drained(engine, timeout)
@@ -156,20 +190,25 @@ def growing_history(cfg: GrowingConfig, workdir: Path) -> Growing:
                 stored = _count(engine)
                 if stored != target:
                     raise RuntimeError(f"{stored} events stored, {target} expected")
+                time.sleep(STATS_FLUSH)  # the web sessions report their pages
+                pages = _pages(engine, db)
                 before = _cpu_of(engine, db, worker.pid)
                 resumed = time.time()
                 os.kill(worker.pid, signal.SIGCONT)
                 paused = False
-                _wait_drained(engine, cfg.timeout)
+                _wait_open(engine, cfg.timeout)
                 first, last = _done_between(engine, resumed)
                 after = _cpu_of(engine, db, worker.pid)
+                time.sleep(1.5)  # the worker, polling, reports its pages
+                pages = _pages(engine, db) - pages
                 cpu = sum(t - before.get(pid, 0.0) for pid, t in after.items())
                 result.rates.append(cfg.events / (last - resumed))
                 result.cpu_ms.append(cpu * 1000 / cfg.events)
+                result.pages.append(pages / cfg.events)
                 log(
                     f"  dispatch growing history: batch {batch + 1}: {result.rates[-1]:.0f}/s,"
-                    f" {result.cpu_ms[-1]:.3f} ms CPU per event (worker and its sessions;"
-                    f" first event done {first - resumed:.2f} s after the resume)"
+                    f" {result.cpu_ms[-1]:.3f} ms CPU and {result.pages[-1]:.0f} pages read per"
+                    f" event (first event done {first - resumed:.2f} s after the resume)"
                 )
             with engine.connect() as conn:
                 not_done = conn.execute(
@@ -199,7 +238,8 @@ def run(cfg: GrowingConfig, section: Section, workdir: Path) -> None:
     log(
         f"  dispatch growing history: {rates} events/s; last vs first {grown.last_vs_first:.2f}x,"
         f" last three vs first three {grown.last3_vs_first3:.2f}x; CPU per event last vs first "
-        f"{grown.cpu_ms[-1] / grown.cpu_ms[0]:.2f}x"
+        f"{grown.cpu_ms[-1] / grown.cpu_ms[0]:.2f}x; pages per event last vs first "
+        f"{grown.pages[-1] / grown.pages[0]:.2f}x"
     )
     k = cfg.events // 1000
     section.rows.append(
@@ -226,8 +266,10 @@ def run(cfg: GrowingConfig, section: Section, workdir: Path) -> None:
         f"{grown.last3_vs_first3:.2f}x; {grown.errors} HTTP errors); CPU per event of the "
         "worker and its database sessions: "
         + ", ".join(f"{c:.3f}" for c in grown.cpu_ms)
-        + f" ms (batch {cfg.batches} vs 1: {grown.cpu_ms[-1] / grown.cpu_ms[0]:.2f}x; a loaded "
-        "machine disturbs it less than the rate)"
+        + f" ms (batch {cfg.batches} vs 1: {grown.cpu_ms[-1] / grown.cpu_ms[0]:.2f}x); pages"
+        " read per event by the database's sessions (the work, whatever the load): "
+        + ", ".join(f"{p:.0f}" for p in grown.pages)
+        + f" (batch {cfg.batches} vs 1: {grown.pages[-1] / grown.pages[0]:.2f}x)"
     )
 
 
