@@ -188,6 +188,8 @@ def worker_cmd(
             f"worker --burst: the database did not answer within {worker.config.give_up_after:g} s",
             EXIT_DATABASE,
         )
+    if worker.intake_left:
+        fail(f"worker --burst: {worker.intake_left}", EXIT_PROBLEM)
 
 
 long_running(worker_cmd)

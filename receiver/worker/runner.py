@@ -108,6 +108,9 @@ class Worker:
         self._stranded: list[Claimed] = []
         #: When the next error about an unreadable intake may be logged (one a minute).
         self._intake_error_quiet_until = 0.0
+        #: ``run(burst=True)`` ended with webhooks left in SQLite's intake, or an intake it
+        #: could not read: why (the ``worker`` command exits 1).
+        self.intake_left: str | None = None
         #: ``run(burst=True)`` gave up: the database did not answer within
         #: :attr:`WorkerConfig.give_up_after` (the ``worker`` command exits 5).
         self.gave_up = False
@@ -368,12 +371,16 @@ class Worker:
         intake = self.store.inbox.intake
         try:
             left = intake is not None and intake.any()
-        except (SQLAlchemyError, StorageUnavailable):
-            left = False
+        except (SQLAlchemyError, StorageUnavailable) as exc:
+            # An unreadable intake (or one of another database) holds webhooks nobody can
+            # count: ``--burst`` must not end as if every due event was dispatched.
+            self.intake_left = f"the intake cannot be read ({describe_database_error(exc)})"
+            return
         if left:
+            self.intake_left = "webhooks are still in the intake"
             log.warning(
-                "webhooks are still in the intake (the database stayed locked): the next "
-                "worker run moves them",
+                "webhooks are still in the intake (the database stayed locked, the intake "
+                "cannot be read, or a row the inbox refuses): the next worker run moves them",
                 extra={"action": "intake_left", "worker": self.name},
             )
 

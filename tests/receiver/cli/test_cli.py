@@ -247,3 +247,19 @@ def test_status_with_a_dead_worker_row(tmp_path: Path) -> None:
 
 
 _ = (build_event, PG_URL, SECRETS_SPEC, backend)
+
+
+def test_worker_burst_ends_with_code_1_when_the_intake_cannot_be_read(tmp_path: Path) -> None:
+    """A review's finding (issue 29): ``worker --burst`` over a SQLite intake that cannot be
+    read (a bad restore, a stray file at its path) exited 0, as if every due webhook had been
+    dispatched, while the webhooks refused into it or left in it wait."""
+    env = {
+        "HOOKLEDGER_DATABASE_URL": f"sqlite:///{tmp_path / 'shop.db'}",
+        "HOOKLEDGER_SECRETS": "primary:whsec_cli_intake",
+    }
+    assert run("--app", APP, "db", "upgrade", **env).returncode == 0
+    (tmp_path / "shop.db-intake").write_bytes(b"not a database " * 500)
+    burst = run("--app", APP, "worker", "--burst", **env)
+    assert burst.returncode == 1, (burst.stdout, burst.stderr)
+    assert "worker --burst: the intake cannot be read" in burst.stderr
+    assert "Traceback" not in burst.stderr
