@@ -306,8 +306,8 @@ def owner_of_object(
     account's, if it has one.
 
     ``single``: the installation's one configured account, when it is the only one there
-    can be besides stored ones (the receive path's ``single``): as at the shared URL, it
-    takes an object naming a merchant that no account owns.
+    can be besides stored ones (the receive path's ``single``): it takes an object no
+    account owns only when it owns it itself (it names no merchant, or the object's).
 
     ``account_id`` (the caller's ``account=``): that account (:class:`ConfigurationError` if
     there is none), refused with :class:`NotTheAccounts` unless it owns the object, and when
@@ -343,8 +343,18 @@ def owner_of_object(
     if merchant is not None:
         if routed is not None and not routed.active:
             raise _deactivated(named, routed)
-        if routed is None and single is not None and single.active:
-            return single  # as the shared URL: the one account takes what nobody owns
+        if (
+            routed is None
+            and single is not None
+            and single.active
+            and single.owns(merchant, profile_id)
+        ):
+            # The one account naming no merchant takes every object. One naming its merchant
+            # never takes another merchant's: at the shared URL such a delivery must still
+            # verify with its secrets, an observation shows nothing of the sort, and the
+            # merchant may be a seller not added yet, whose own webhook would then dispatch
+            # it again under the seller.
+            return single
         if routed is None:
             raise NotTheAccounts(
                 f"no single account owns {named}: add its account, or pass account="

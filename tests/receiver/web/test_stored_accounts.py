@@ -167,7 +167,10 @@ def test_observe_as_the_shared_url_a_stored_sellers_payment_and_a_merchant_nobod
     nobodys = build_event("payment_succeeded", merchant_id="m_unknown", object_id="pay_u")
     with app.app_context():
         seen = hooks.observe(dict(theirs["content"]["object"]))
-        assert hooks.observe(dict(nobodys["content"]["object"])).stored == "inserted"
+        # Review of issue 28: a merchant nobody owns is not the default account's (it names
+        # another merchant): refused, never filed under it (a seller not added yet).
+        with pytest.raises(NotTheAccounts, match="no single account owns"):
+            hooks.observe(dict(nobodys["content"]["object"]))
         with pytest.raises(NotTheAccounts, match="account 'shop-1''s, not 'default''s"):
             hooks.observe({**theirs["content"]["object"], "payment_id": "pay_x"}, account="default")
     assert seen.stored == "inserted"
@@ -176,7 +179,7 @@ def test_observe_as_the_shared_url_a_stored_sellers_payment_and_a_merchant_nobod
     WebhookReceiver.state(app).worker(name="test").drain()
     row = WebhookReceiver.state(app).store.operations.get(theirs["event_id"], account="shop-1")
     assert row is not None and row.status == "duplicate"
-    assert _accounts_of_events(app) == ["shop-1", "default", "shop-1"]
+    assert _accounts_of_events(app) == ["shop-1", "shop-1"]
 
 
 def test_deactivate_activate_and_remove(make_app: AppFactory) -> None:
@@ -477,3 +480,33 @@ def test_a_stored_profile_of_the_configured_merchant_receives_at_the_shared_url(
         seen = hooks.observe(dict(brand["content"]["object"]))
     assert seen.stored == "inserted"  # beside the webhook, in the same account
     assert _accounts_of_events(app) == ["brand_us", "default", "brand_us"]
+
+
+def test_a_sellers_payment_observed_before_its_account_is_added_is_refused(
+    make_app: AppFactory,
+) -> None:
+    """Review of issue 28: a platform (one configured account naming its merchant) onboards a
+    seller. The shop's code observed the seller's first payment a moment before the
+    seller's account was added: it was filed and dispatched under the platform's account,
+    and the seller's own webhook, once the account existed, dispatched it again under the
+    seller. It is refused now (NotTheAccounts); once the seller is added, it is the
+    seller's."""
+    hooks = WebhookReceiver()
+    shipped: list[tuple[str, str]] = []
+
+    @hooks.on("payment_succeeded")
+    def ship(event: Any) -> None:
+        shipped.append((event.account, event.object_ref.object_id))
+
+    app, _ = make_app(hooks, data_keys=f"k1:{KEY1}", merchant_id="m_default")
+    body = build_event("payment_succeeded", merchant_id="m_shop", object_id="pay_new")
+    with app.app_context():
+        with pytest.raises(NotTheAccounts):
+            hooks.observe(dict(body["content"]["object"]), dispatch=True)
+    assert _add(app, "shop-1").exit_code == 0
+    with app.app_context():
+        seen = hooks.observe(dict(body["content"]["object"]), dispatch=True)
+    assert seen.status == "done"
+    assert _post(app, "/webhooks/shop-1/", body, SHOP_SECRET)[0] == 200
+    WebhookReceiver.state(app).worker(name="test").drain()
+    assert shipped == [("shop-1", "pay_new")]
