@@ -70,9 +70,11 @@ BASELINE_ENV = "HLBENCH_RECEIVE_BASELINE"
 BASELINE = "baseline"
 LUA = Path(__file__).with_name("post.lua")
 P99_TARGET_MS = 20.0
-#: Issue 9: sync workers and duplicates at least 0.8x the yardstick; gthread at or above it.
+#: Issue 29, item 5: every receive row (gthread, sync, duplicates; both databases) at least
+#: 0.8x the raw-driver yardstick in the same run, the price of what hookledger stores beside
+#: the body (issue 9 asked gthread to reach 1x; that chase was ended by decision).
 THROUGHPUT_TARGET = 0.8
-THROUGHPUT_TARGET_THREADS = 1.0
+THROUGHPUT_TARGET_THREADS = THROUGHPUT_TARGET
 
 
 def _apps() -> list[str]:
