@@ -375,6 +375,8 @@ class Dispatcher:
                 ledger=ledger,
                 finals=finals,
             )
+            if guards:  # the settings the handlers may have changed, before our writes
+                guards[0].restore()
             written = seal_outcomes(self.storage.keyring, written)  # error texts
             stack.enter_context(writing)
             if not self._sql.write_outcomes(conn, written, self.storage.now()):

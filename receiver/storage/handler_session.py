@@ -14,6 +14,11 @@ What a handler may do with it:
 - ``rollback()``: undoes the handler's own writes so far (its savepoint), nothing else, and
   the handler may go on: the usual ``except IntegrityError: session.rollback()``.
 
+Only while the handler runs: once its call is over the session refuses every statement
+and flush (:class:`receiver.core.errors.HandlerTransactionError`), so a session kept by
+another handler, a thread or a cache never writes into the batch's transaction outside its
+handler's savepoint.
+
 What it may not: end the transaction. ``session.commit()``, ``session.begin()``,
 ``session.close()``, ``session.reset()``, ``session.invalidate()``; on the connection
 (``session.connection()``, ``session.get_bind()``) ``commit()``, ``rollback()``, ``close()``,
@@ -73,6 +78,21 @@ class HandlerSession(Session):
             bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
         )
         self._guard = guard
+        #: Set when its handler's call is over: the session is never used again.
+        self._finished = False
+
+    def get_bind(self, *args: Any, **kwargs: Any) -> Any:
+        # Every statement and flush asks for the bind first: a session kept after its
+        # handler returned (by another handler, a thread, a cache) would write into the
+        # batch's transaction outside any handler's savepoint, committed whether or not
+        # the handler using it succeeds.
+        if self._finished:
+            raise HandlerTransactionError(
+                "this session was given to a handler whose call is over: a handler may use "
+                "only the session it is given, while it runs (not one kept from another "
+                "call, nor from another thread after it returned)"
+            )
+        return super().get_bind(*args, **kwargs)
 
     def commit(self) -> None:
         self._guard.refuse(
@@ -119,6 +139,26 @@ class TransactionGuard:
         #: Savepoints the running handler made with raw SQL (it may release them).
         self._own_savepoints: set[str] = set()
         event.listen(connection, "before_cursor_execute", self._check_statement)
+        #: PostgreSQL: the connection's settings before any handler ran (:meth:`restore`).
+        self._settings: tuple[Any, ...] | None = None
+        #: The running handler sent something that may change a setting.
+        self._changed = False
+        if connection.dialect.name == "postgresql":
+            self._settings = tuple(connection.exec_driver_sql(_READ_SETTINGS).one())
+
+    def restore(self) -> None:
+        """Put back the connection's settings that hookledger's own statements depend on
+        (PostgreSQL), as they were before the first handler ran: a handler's ``SET LOCAL
+        search_path`` or ``statement_timeout`` (kept when its savepoint is released), a
+        session-level ``SET``, ``set_config()`` or ``SET ROLE`` would otherwise apply to
+        the batch's ledger and outcome writes (which then failed, and the batch was taken
+        for a storage failure and claimed again for ever), to the batch's later handlers,
+        and to the pooled connection after the commit. One statement, after a handler that
+        succeeded and sent one (``SET``, ``RESET``, ``DISCARD``, ``set_config``), and once
+        after the batch's handlers (a function may change one unseen)."""
+        if self._settings is None:
+            return
+        self._conn.exec_driver_sql(_RESTORE_SETTINGS, self._settings)
 
     def run(self, call: Callable[[Session], None]) -> Failure:
         """Run ``call`` with a :class:`HandlerSession` in a savepoint of its own; return
@@ -135,8 +175,15 @@ class TransactionGuard:
         did in between (its own ``rollback()``, a failed flush, writes on a held
         connection). One savepoint per handler, as many statements as before."""
         session = HandlerSession(self._conn, self)
+        try:
+            return self._run(session, call)
+        finally:
+            session._finished = True  # whatever happened: never used again
+
+    def _run(self, session: HandlerSession, call: Callable[[Session], None]) -> Failure:
         self._refused = []
         self._own_savepoints = set()
+        self._changed = False
         session.connection()  # SAVEPOINT: the session's transaction, before the handler's
         first = self._conn.get_nested_transaction()
         assert first is not None
@@ -155,6 +202,8 @@ class TransactionGuard:
         if failure is None:
             try:
                 session._keep()  # RELEASE the session's savepoint
+                if self._changed:  # a setting it left behind: not the next handler's
+                    self.restore()
                 return None
             except DBAPIError as exc:
                 self._judge(exc, None)
@@ -251,6 +300,8 @@ class TransactionGuard:
             verdict = transaction_control(str(text), self._own_savepoints)
             if verdict is not None:
                 self.refuse(f"{verdict!r} as SQL", "it would end hookledger's transaction")
+            if _SETTING.search(str(text)):
+                self._changed = True
             return real(query, *args, **kwargs)
 
         return execute
@@ -277,6 +328,8 @@ class TransactionGuard:
     ) -> None:
         if not self._active:
             return
+        if self._settings is not None and _SETTING.search(statement):
+            self._changed = True
         compiled = getattr(context, "compiled", None)
         if isinstance(
             getattr(compiled, "statement", None),
@@ -348,6 +401,28 @@ def driver_transaction(conn: Connection) -> Literal["open", "ended", "lost"]:
     except Exception:  # noqa: BLE001 - a closed driver connection raises on any question
         return "lost"
     return "open"  # a driver that does not say: judged by the savepoint's release
+
+
+# -- connection settings a handler may change (PostgreSQL) ---------------------------------------
+
+#: What hookledger's statements depend on: where its tables are, who it is, how long a
+#: statement or a lock wait may take, how times are read and written.
+_PG_SETTINGS = (
+    "search_path",
+    "role",
+    "statement_timeout",
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+    "TimeZone",
+    "DateStyle",
+)
+#: A statement that may change one (an ``UPDATE ... SET`` on a line of its own too: then
+#: the settings are merely put back for nothing).
+_SETTING = re.compile(r"^\s*(?:SET|RESET|DISCARD)\b|set_config\s*\(", re.IGNORECASE | re.MULTILINE)
+_READ_SETTINGS = "SELECT " + ", ".join(f"current_setting('{name}')" for name in _PG_SETTINGS)
+_RESTORE_SETTINGS = "SELECT " + ", ".join(
+    f"set_config('{name}', %s, false)" for name in _PG_SETTINGS
+)
 
 
 # -- transaction statements sent as SQL ------------------------------------------------------

@@ -14,6 +14,8 @@ and the handler goes on; everything that would end the transaction is refused wi
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -328,6 +330,102 @@ def test_a_handler_that_ends_the_transaction_under_the_guards_fails_alone(
     assert world.calls["pay_bad"] == 1  # failed, not run again
     # pay_1 ran before it in the transaction that was lost: it ran again, on its own.
     assert world.calls == Counter(pay_1=2, pay_bad=1, pay_2=1)
+
+
+@pytest.mark.parametrize("user", ["another handler", "a thread"])
+def test_a_session_kept_after_its_handler_returned_writes_nothing(world: World, user: str) -> None:
+    """Review of issue 28: a handler's session kept past its call (by a later handler of the
+    event that takes no session, or by a thread the handler started) wrote into the batch's
+    transaction outside any handler's savepoint: committed although the handler using it
+    failed, and again at each retry. Once its handler's call is over the session refuses
+    every statement (HandlerTransactionError); nothing is written."""
+    kept: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def late_write(session: Session, object_id: str) -> None:
+        try:
+            _log(session, f"late:{object_id}")
+        except BaseException as exc:  # noqa: BLE001 - what the thread saw
+            errors.append(exc)
+            raise
+
+    @world.registry.on("payment_succeeded")
+    def first(event: Event, session: Session) -> None:
+        kept["session"] = session
+        if user == "a thread":
+            go = threading.Event()
+            kept["go"] = go
+
+            def later() -> None:
+                go.wait(10)
+                with contextlib.suppress(HandlerTransactionError):
+                    late_write(session, _object_id(event))
+
+            kept["thread"] = threading.Thread(target=later)
+            kept["thread"].start()
+
+    @world.registry.on("payment_succeeded")
+    def second(event: Event) -> None:  # takes no session
+        if user == "a thread":
+            kept["go"].set()
+            kept["thread"].join(10)
+        else:
+            late_write(kept["session"], _object_id(event))
+        raise RuntimeError("out of stock")
+
+    event_id = world.insert("pay_1")
+    assert world.worker().run_once() == 1
+    assert world.rows("shop_log") == []
+    assert len(errors) == 1 and isinstance(errors[0], HandlerTransactionError)
+    row = world.event(event_id)
+    assert (row.status, row.attempts) == (EventStatus.PENDING, 1)
+    assert world.run(event_id, "first").status == "succeeded"
+    assert world.run(event_id, "second").status == "failed"
+
+
+#: Settings a handler may leave behind that hookledger's own writes of the batch depend on.
+SETTINGS = {
+    "SET LOCAL search_path": "SET LOCAL search_path TO pg_catalog",
+    "SET search_path": "SET search_path TO pg_catalog",
+    "set_config": "SELECT set_config('search_path', 'pg_catalog', true)",
+    "SET LOCAL statement_timeout": "SET LOCAL statement_timeout = 1",
+    "SET lock_timeout": "SET lock_timeout = 1",
+    "SET DateStyle": "SET DateStyle = 'SQL, DMY'",
+}
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_settings_a_handler_leaves_behind_are_put_back_before_hookledgers_writes(
+    world: World, setting: str
+) -> None:
+    """Review of issue 28: a handler that succeeded after ``SET LOCAL search_path`` (or a
+    ``statement_timeout``, ...) for its own queries left it to hookledger's ledger and
+    outcome writes, which failed; the batch was taken for a storage failure, claimed again,
+    the handler ran again, for ever (no attempt counted, no last_error, ``worker --burst``
+    never ended). The settings are put back before hookledger's writes, and after the
+    commit the pooled connection has its own again."""
+    if world.engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's settings")
+
+    @world.registry.on("payment_succeeded")
+    def ship(event: Event, session: Session) -> None:
+        object_id = _object_id(event)
+        world.calls[object_id] += 1
+        _log(session, object_id)
+        if object_id == "pay_set":
+            session.execute(sa.text(SETTINGS[setting]))
+
+    for object_id in ("pay_set", "pay_2"):
+        world.insert(object_id)
+    worker = world.worker()
+    assert worker.run_once() == 2
+    world.insert("pay_3")
+    assert worker.run_once() == 1
+    for object_id in ("pay_set", "pay_2", "pay_3"):
+        row = world.event(f"evt_{object_id}")
+        assert (row.status, row.attempts) == (EventStatus.DONE, 1)
+    assert world.calls == Counter(pay_set=1, pay_2=1, pay_3=1)
+    assert world.rows("shop_log") == ["pay_2", "pay_3", "pay_set"]
 
 
 def test_what_a_handler_may_still_do(world: World) -> None:
