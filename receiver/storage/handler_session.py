@@ -287,6 +287,19 @@ class TransactionGuard:
                 )
             )
             return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_PRAGMA and _args and _args[0] is not None:
+            name = (arg1 or "").lower()
+            if name not in _SQLITE_PRAGMAS_WITH_ARGUMENT:
+                # A connection's setting (query_only, journal_mode, busy_timeout...) outlives
+                # the transaction: hookledger's writes and later batches would run under it.
+                self._refused.append(
+                    HandlerTransactionError(
+                        f"a handler may not set PRAGMA {name}: it is a setting of "
+                        "hookledger's connection, kept after the handler; its writes are "
+                        "rolled back and the attempt counts as failed"
+                    )
+                )
+                return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 
     def _checked(self, driver: Any) -> Callable[..., Any]:
@@ -403,7 +416,23 @@ def driver_transaction(conn: Connection) -> Literal["open", "ended", "lost"]:
     return "open"  # a driver that does not say: judged by the savepoint's release
 
 
-# -- connection settings a handler may change (PostgreSQL) ---------------------------------------
+# -- connection settings a handler may change ----------------------------------------------------
+
+#: SQLite pragmas whose argument names what to read (a table, an index), not a new value.
+_SQLITE_PRAGMAS_WITH_ARGUMENT = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_list",
+        "index_info",
+        "index_xinfo",
+        "foreign_key_list",
+        "foreign_key_check",
+        "integrity_check",
+        "quick_check",
+    }
+)
 
 #: What hookledger's statements depend on: where its tables are, who it is, how long a
 #: statement or a lock wait may take, how times are read and written.

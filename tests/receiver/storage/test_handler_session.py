@@ -183,6 +183,10 @@ def test_a_handler_that_rolls_back_then_fails_leaves_nothing(world: World) -> No
     assert world.rows("shop_log") == []
 
 
+def _sqlite(session: Session) -> bool:
+    return session.get_bind().dialect.name == "sqlite"
+
+
 #: Every way a handler could end the transaction, each refused before it reaches the database.
 ENDINGS: dict[str, Callable[[Session], object]] = {
     "session.commit": lambda s: s.commit(),
@@ -203,6 +207,14 @@ ENDINGS: dict[str, Callable[[Session], object]] = {
     "SQL ROLLBACK": lambda s: s.execute(sa.text("rollback")),
     "SQL END": lambda s: s.execute(sa.text("  /* done */ END")),
     "SQL BEGIN": lambda s: s.execute(sa.text("BEGIN")),
+    # SQLite: a connection's setting outlives the transaction (query_only left the worker's
+    # pooled connection unable to write: the batch was claimed again for ever).
+    "PRAGMA query_only": lambda s: s.execute(
+        sa.text("PRAGMA query_only = 1" if _sqlite(s) else "COMMIT")
+    ),
+    "PRAGMA busy_timeout": lambda s: s.execute(
+        sa.text("PRAGMA main.busy_timeout = 1" if _sqlite(s) else "COMMIT")
+    ),
     "driver SQL COMMIT": lambda s: s.connection().exec_driver_sql("COMMIT"),
     "scalar COMMIT": lambda s: s.scalar(sa.text("COMMIT")),
     "two statements": lambda s: s.connection().exec_driver_sql("SELECT 1; COMMIT"),
@@ -447,6 +459,10 @@ def test_what_a_handler_may_still_do(world: World) -> None:
         session.add(ShopOrder(id="pay_1"))
         session.flush()
         assert session.scalar(sa.select(sa.func.count()).select_from(ShopOrder)) == 1
+        if _sqlite(session):  # reading pragmas, and those naming what to read
+            assert session.execute(sa.text("PRAGMA table_info(shop_log)")).all()
+            assert session.scalar(sa.text("PRAGMA query_only")) == 0
+            session.execute(sa.text("PRAGMA foreign_key_check(shop_log)")).all()
 
     event_id = world.insert("pay_1")
     assert world.worker().run_once() == 1
