@@ -125,6 +125,16 @@ class DeployUnknown(ValueError):
     every change made since the deploy whose deliveries were lost."""
 
 
+class DeployTooEarly(ValueError):
+    """``--deployed-at`` is earlier than the history adoption reads, and no webhook reached
+    hookledger near it: every object adoption reads would be taken for a change since the
+    deploy and dispatched (a mistyped year or month would dispatch the whole history)."""
+
+
+#: A delivery this close after a stated deploy shows the deploy was then.
+DEPLOY_EVIDENCE = timedelta(days=1)
+
+
 def _windows(start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime]]:
     """``[start, end]`` as windows, newest first, doubling from a day up to a week."""
     size = FIRST_WINDOW
@@ -226,6 +236,8 @@ class Adopter:
             kept = ops.first_delivery(account=self.store.account)
             if first is None or (kept is not None and kept < first):
                 first = kept
+            if deployed is not None:
+                self._check_deploy(deployed, first, cutover, options)
             if first is None and deployed is None:
                 raise DeployUnknown(
                     f"no webhook has reached hookledger for account {self.store.account!r}, "
@@ -322,6 +334,35 @@ class Adopter:
             self.store.set_watermark(EVENTS, ends)
             log.info("adoption finished", extra={"action": "adopt", "cutover": str(cutover)})
         return report
+
+    def _check_deploy(
+        self,
+        deployed: datetime,
+        first: datetime | None,
+        cutover: datetime,
+        options: AdoptOptions,
+    ) -> None:
+        """Refuse a deploy earlier than the history adoption reads (of any kind asked), unless
+        a webhook reached hookledger within :data:`DEPLOY_EVIDENCE` after it: adoption
+        could then tell nothing from the earlier system's, and would dispatch all of it."""
+        if first is not None and as_utc(first) <= deployed + DEPLOY_EVIDENCE:
+            return
+        starts = [
+            truncate_ms(options.since)
+            if options.since is not None
+            else cutover - options.sweep_policy.horizon(KIND_NAMES[name])
+            for name in options.kinds
+        ]
+        latest = max(starts, default=cutover)
+        if deployed >= latest:
+            return
+        raise DeployTooEarly(
+            f"--deployed-at {deployed.isoformat()} is before the history adoption reads "
+            f"(from {latest.isoformat()}), and no webhook reached hookledger for account "
+            f"{self.store.account!r} within a day of it: every object adoption reads would be "
+            "taken for a change since the deploy and dispatched again. Check the date (UTC); "
+            "if the deploy really was then, pass --since at or before it"
+        )
 
     def _window(
         self,

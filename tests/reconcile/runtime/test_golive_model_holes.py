@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from receiver import WebhookReceiver
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from reconcile.cli.commands import cli as reconcile_cli
-from reconcile.runtime.adoption import Adopter, AdoptOptions, DeployUnknown
+from reconcile.runtime.adoption import Adopter, AdoptOptions, DeployTooEarly, DeployUnknown
 from reconcile.runtime.runner import ReconcileOptions
 from tests.conftest import AppFactory
 from tests.reconcile.platform import Platform, platform
@@ -206,6 +206,44 @@ def test_a_resumed_adoption_keeps_the_deploy_its_first_run_was_told(
             p.advance(DAY)
             assert p.run("seller_a", ReconcileOptions(kinds=["payments"])).status == "ok"
         assert p.handled == Counter({("seller_a", "payment", "pay_after_deploy", "succeeded"): 1})
+
+
+def test_a_deploy_mistyped_before_the_history_adoption_reads_is_refused(
+    make_app: AppFactory,
+) -> None:
+    """Review of issue 28: ``--deployed-at`` a year early (a mistyped year), no webhook near
+    it. Every object adoption read was then dated after the history's end and dispatched:
+    the earlier system's whole history shipped again. Refused (dry run too), nothing
+    recorded; the real deploy works. A deploy before the history adoption reads is taken
+    when a webhook reached hookledger within a day of it, or with --since before it."""
+    with platform(make_app, adopted=True) as p:
+        deployed = _deploy_then_lose_a_payment(p, "seller_a")
+        typo = deployed - 365 * DAY
+        for dry_run in (True, False):
+            with pytest.raises(DeployTooEarly, match="--since"):
+                _adopter(p, "seller_a").adopt(AdoptOptions(deployed_at=typo, dry_run=dry_run))
+        assert p.store.operations.cutover(account="seller_a") is None
+        dry = _adopter(p, "seller_a").adopt(
+            AdoptOptions(deployed_at=typo, since=typo - DAY, dry_run=True)
+        )
+        assert dry.history_ends == typo  # told twice: what it asked for (a dry run here)
+        report = _adopter(p, "seller_a").adopt(AdoptOptions(deployed_at=deployed))
+        assert report.finished and report.history_ends == deployed
+        p.drain()
+        assert p.handled == Counter({("seller_a", "payment", "pay_after_deploy", "succeeded"): 1})
+    with platform(make_app, adopted=True) as p:
+        p.silence("seller_a")
+        p.pay("seller_a", "pay_old")
+        p.advance(3 * DAY)
+        p.silence("seller_a", False)  # the deploy; its webhooks reach hookledger
+        deployed = p.now()
+        p.pay("seller_a", "pay_new")
+        p.settle()
+        p.advance(3 * DAY)
+        report = _adopter(p, "seller_a").adopt(
+            AdoptOptions(deployed_at=deployed, since=p.now() - DAY)
+        )
+        assert report.finished and report.history_ends == deployed
 
 
 def test_reconcile_adopt_before_any_delivery_exits_2_naming_deployed_at(
