@@ -38,6 +38,7 @@ from receiver.core.accounts import (
 from receiver.core.registry import Registry
 from receiver.core.retry import RetryPolicy
 from receiver.storage.account_table import StoredAccounts
+from receiver.storage.handler_session import in_handler, running_session
 from receiver.store import Store
 from receiver.web.blueprint import make_blueprint
 from receiver.web.state import EXTENSION_KEY, ReceiverState, receiver_state
@@ -210,6 +211,19 @@ class WebhookReceiver:
                 event_id=None,
                 stored="no_event",
             )
+        # Called from a handler on SQLite: its worker holds the only write lock, so a write
+        # of its own waited for it until the handler failed (StorageBusy, at every attempt:
+        # a refund the handler made before it made again each time). Stored in the
+        # handler's transaction when it took the session (kept if it succeeds), else in
+        # the intake; a worker dispatches it (``status`` None).
+        staged = False
+        if session is None and in_handler() and db.is_sqlite(state.store.engine):
+            running = running_session()
+            if running is not None and running.bind_url == state.store.engine.url:
+                session = running
+            else:
+                staged = True
+            dispatch = False
         if session is not None and dispatch:
             raise ValueError(
                 "dispatch=True runs the handlers after the observation is committed: call "
@@ -228,7 +242,9 @@ class WebhookReceiver:
                 session.connection(), event, body, source=Source.API, account=account
             )
         else:
-            inserted = state.store.inbox.insert(event, body, source=Source.API, account=account)
+            inserted = state.store.inbox.insert(
+                event, body, source=Source.API, account=account, may_stage=staged
+            )
         status = None
         if dispatch and inserted.result != "conflict":
             # A name of its own per call: a lease names its holder, and two threads of one

@@ -39,7 +39,11 @@ from receiver.storage.context import (
     is_transient_conflict,
     sqlstate,
 )
-from receiver.storage.handler_session import TransactionEnded, TransactionGuard
+from receiver.storage.handler_session import (
+    TransactionEnded,
+    TransactionGuard,
+    running_handler,
+)
 from receiver.storage.operator_actions import read_cutovers
 from receiver.storage.queue import Claimed
 from receiver.storage.sealed_columns import seal_outcomes
@@ -465,14 +469,16 @@ class Dispatcher:
                     # or when the handler ended the transaction (the batch is dispatched
                     # again, one by one).
                     try:
-                        failure = handler_guard().run(call)
+                        with running_handler():
+                            failure = handler_guard().run(call)
                     except TransactionEnded as ended:
                         raise _HandlerEndedTransaction(claimed.pk, name, ended.error) from ended
                 else:
                     # No session, no savepoint: nothing of the handler's is in the transaction.
                     failure = None
                     try:
-                        call(cast(Session, None))
+                        with running_handler():
+                            call(cast(Session, None))
                     except Exception as exc:  # noqa: BLE001 - a handler may raise anything
                         failure = exc
             finally:

@@ -43,6 +43,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from typing import Any, Literal, NoReturn
 
 from sqlalchemy import Connection, event
@@ -58,6 +59,36 @@ from receiver.core.errors import HandlerTransactionError
 
 #: What a handler's call did: ``None`` (it succeeded) or the error that failed it.
 Failure = BaseException | None
+
+
+#: The session of the handler running in this context (thread), while it runs.
+_RUNNING: ContextVar[HandlerSession | None] = ContextVar("hookledger_handler", default=None)
+
+
+#: Whether a handler (with the session or without) runs in this context (thread).
+_IN_HANDLER: ContextVar[bool] = ContextVar("hookledger_in_handler", default=False)
+
+
+def running_session() -> HandlerSession | None:
+    """The session of the handler running now in this thread, if one is (``observe()``
+    called from a handler on SQLite stores its observation in it: the handler's worker
+    holds the database's only write lock)."""
+    return _RUNNING.get()
+
+
+def in_handler() -> bool:
+    """Whether a handler runs now in this thread (with the session or without)."""
+    return _IN_HANDLER.get()
+
+
+@contextmanager
+def running_handler() -> Iterator[None]:
+    """While the dispatcher runs one handler (see :func:`in_handler`)."""
+    token = _IN_HANDLER.set(True)
+    try:
+        yield
+    finally:
+        _IN_HANDLER.reset(token)
 
 
 class TransactionEnded(Exception):
@@ -80,6 +111,11 @@ class HandlerSession(Session):
         self._guard = guard
         #: Set when its handler's call is over: the session is never used again.
         self._finished = False
+
+    @property
+    def bind_url(self) -> Any:
+        """The URL of the database the session writes to."""
+        return self._guard._conn.engine.url
 
     def get_bind(self, *args: Any, **kwargs: Any) -> Any:
         # Every statement and flush asks for the bind first: a session kept after its
@@ -189,11 +225,14 @@ class TransactionGuard:
         assert first is not None
         failure: Failure = None
         with self._guarding():
+            token = _RUNNING.set(session)
             try:
                 call(session)
                 session.flush()  # the handler's pending ORM writes fail here, as its own
             except Exception as exc:  # noqa: BLE001 - a handler may raise anything
                 failure = exc
+            finally:
+                _RUNNING.reset(token)
         if isinstance(failure, DBAPIError) and failure.connection_invalidated:
             raise failure
         self._check_transaction(failure)

@@ -111,6 +111,66 @@ def test_observe_inside_the_shops_transaction(make_app: AppFactory) -> None:
     assert shop.fulfilled == Counter(pay_tx_kept=1)
 
 
+@pytest.mark.parametrize("takes_session", [False, True], ids=["no session", "session"])
+def test_a_handler_that_observes_its_refund_runs_once(
+    make_app: AppFactory, takes_session: bool
+) -> None:
+    """Review of issue 28: a payment handler refunds and feeds the refund's response to
+    ``observe(dispatch=True)``, without ``session=``. On SQLite the handler's worker holds
+    the only write lock: the observation waited for it until the handler failed
+    (StorageBusy), at every attempt, each making the refund again, then the dead-letter.
+    Now, called from a handler on SQLite, it is stored in the handler's transaction and a
+    worker dispatches it (``status`` None); on PostgreSQL it is dispatched inline."""
+    hooks = WebhookReceiver()
+    refunds: Counter[str] = Counter()
+    seen: list[tuple[str, str | None]] = []
+
+    def refund(event: Event) -> None:
+        payment_id = event.payment.payment_id or ""
+        refunds[f"made:{payment_id}"] += 1  # the processor's refund API, say
+        response = build_event(
+            "refund_succeeded", object_id=f"ref_{payment_id}", payment_id=payment_id
+        )["content"]["object"]
+        observed = hooks.observe(dict(response), dispatch=True, wait=1.0)
+        seen.append((observed.stored, observed.status))
+
+    if takes_session:  # stored in the handler's transaction on SQLite
+
+        @hooks.on("payment_succeeded")
+        def refund_in_session(event: Event, session: Session) -> None:
+            refund(event)
+
+    else:  # stored in the intake on SQLite
+        hooks.on("payment_succeeded")(refund)
+
+    @hooks.on("refund_succeeded")
+    def refunded(event: Event) -> None:
+        refunds[f"handled:{event.refund.refund_id}"] += 1
+
+    app, _ = make_app(hooks, sqlite_busy_timeout=1, max_attempts=2)
+    WebhookTestClient(app).post(_webhook("pay_1"))
+    with app.app_context():
+        hooks.drain(app)
+        hooks.drain(app)
+    sqlite = WebhookReceiver.state(app).store.engine.dialect.name == "sqlite"
+    assert seen == [("inserted", None if sqlite else "done")]
+    assert refunds == Counter({"made:pay_1": 1, "handled:ref_pay_1": 1})
+    row = WebhookReceiver.state(app).store.operations.get(_event_id_of(app, "payment_succeeded"))
+    assert row is not None and (row.status, row.attempts) == ("done", 1)
+
+
+def _event_id_of(app: Flask, event_type: str) -> str:
+    import sqlalchemy as sa
+
+    with WebhookReceiver.state(app).store.engine.connect() as conn:
+        return str(
+            conn.execute(
+                sa.text("SELECT event_id FROM hookledger_event WHERE event_type = :t"),
+                {"t": event_type},
+            ).scalar_one()
+        )
+
+
 def test_observe_refuses_what_is_not_an_api_object_and_skips_eventless_states(
     make_app: AppFactory,
 ) -> None:
