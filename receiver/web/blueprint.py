@@ -165,12 +165,13 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
         body = _read_body(state.settings.max_body_bytes)
         account, parsed = _account_of(state, account_id, body)
         secret_id = verify(body, request.headers.get(SIGNATURE_HEADER), account.secrets)
-        # A signed delivery, stored or not: the first one bounds the go-live deploy
-        # (written once per process and account, before the delivery).
-        state.store.operations.note_delivery(state.store.now(), account=account.id)
         event = parsed if parsed is not None else parse_event(body)
         if account_id is not None:
             _check_owner(state, account, event)
+        # A signed delivery of this account's, stored or not (too old, say): the first one
+        # bounds the go-live deploy (written once per process and account, before the
+        # delivery). Another account's delivery refused above says nothing of this one's.
+        state.store.operations.note_delivery(state.store.now(), account=account.id)
         if account.id != event.account:
             event = replace(event, account=account.id)
         check_event_age(event, state.settings.data.max_event_age, state.store.now)

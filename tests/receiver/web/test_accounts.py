@@ -196,6 +196,35 @@ def test_a_brands_delivery_at_the_catch_alls_url_is_refused(make_app: AppFactory
     assert [acc for acc, _ in _stored(app)] == ["brand_eu", "rest"]
 
 
+def test_a_delivery_refused_as_another_accounts_is_not_this_accounts_first_delivery(
+    make_app: AppFactory,
+) -> None:
+    """Review of issue 28: a signed delivery refused at an account's own URL because it is
+    another account's (403 HL_08) was noted as that account's first delivery, which bounds
+    the end of its history at adoption (five minutes before it): another account's traffic
+    could move this account's go-live."""
+    key = "k:whsec_merchant_key_0001"
+    profiles = {
+        "rest": {"merchant_id": "m_1", "secrets": key},
+        "brand_eu": {"merchant_id": "m_1", "profile_ids": ["pro_eu"], "secrets": key},
+    }
+    app, _ = make_app(secrets="", accounts=json.dumps(profiles))
+    eu = build_event("payment_succeeded", merchant_id="m_1", profile_id="pro_eu")
+    assert _post(app, "/webhooks/rest/", eu, "whsec_merchant_key_0001")[0] == 403
+
+    def first_deliveries() -> list[str]:
+        store = WebhookReceiver.state(app).store
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT account FROM hookledger_cutover WHERE name = 'first_delivery'")
+            ).all()
+        return sorted(r[0] for r in rows)
+
+    assert first_deliveries() == []
+    assert _post(app, "/webhooks/brand_eu/", eu, "whsec_merchant_key_0001")[0] == 200
+    assert first_deliveries() == ["brand_eu"]
+
+
 def test_the_default_account_keeps_todays_settings_beside_new_accounts(
     make_app: AppFactory,
 ) -> None:
