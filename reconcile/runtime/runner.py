@@ -352,11 +352,25 @@ class Reconciler:
         part = EventsReport(window=(start, end))
         report.events = part
         self.events.run(start, end, part, dry_run=options.dry_run)
-        if not options.dry_run and not part.failures and options.mode != "window":
+        if not options.dry_run and not part.failures and self._reads_on("events", options, start):
             # An event waiting for its request is listed again by the next run: the watermark
             # stops at the oldest one (the next window starts an overlap below it).
             mark = end if part.oldest_waiting is None else min(end, part.oldest_waiting)
             self.store.set_watermark("events", mark)
+
+    def _reads_on(self, kind: str, options: ReconcileOptions, start: datetime) -> bool:
+        """Whether a finished window starting at ``start`` may move ``kind``'s watermark to
+        its end: an incremental one (it starts at the watermark), and a wide one only when it
+        starts at or before the watermark. A wide window that starts after it (the last
+        incremental run is older than the wide window: a run missed, or no schedule) did
+        not read the time in between: the next incremental run must, so the watermark
+        stays where it is. A ``window`` run never moves it."""
+        if options.mode == "window":
+            return False
+        if options.mode == "wide":
+            mark = self.store.watermark(kind)
+            return mark is None or start <= mark
+        return True
 
     # -- lists -------------------------------------------------------------------------------
 
@@ -458,7 +472,7 @@ class Reconciler:
             part.local_only, part.local_only_sample = self.store.local_only(
                 run_id, kind, start, end - timedelta(milliseconds=1)
             )
-        if not options.dry_run and not part.failures and options.mode != "window":
+        if not options.dry_run and not part.failures and self._reads_on(kind, options, window[0]):
             self.store.set_watermark(kind, window[1])
 
     # -- sweep -------------------------------------------------------------------------------

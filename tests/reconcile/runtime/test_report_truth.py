@@ -199,3 +199,30 @@ def test_a_dry_run_exits_as_the_real_run_would(make_app: AppFactory) -> None:
         drift = w.run(ReconcileOptions(dry_run=True, mode="wide"), drain=False)
         assert drift.outcome == "unresolved", drift.as_dict()
         assert exit_code(drift) == EXIT_UNRESOLVED
+
+
+def test_a_wide_run_after_a_gap_leaves_the_gap_to_the_next_incremental_run(
+    make_app: AppFactory,
+) -> None:
+    """Regression (found by the world model, tests/model): a wide run (the last 48 h) moved
+    each watermark to its end even when the last incremental run was older than its window,
+    so what was created in between (a payment whose webhook was lost, four days ago) was
+    read by no run ever again."""
+    with world(make_app) as w:
+        first = w.run(LISTS_ONLY)
+        assert first.status == "ok"
+        w.advance(timedelta(hours=1))
+        w.drop_next("payment_succeeded")
+        w.pay("pay_gap")
+        w.settle()
+        assert w.projected("payment", "pay_gap") is None
+        w.advance(timedelta(days=4))  # no incremental run meanwhile
+        wide = w.run(ReconcileOptions(mode="wide", sweep_budget=0))
+        assert wide.status == "ok" and not wide.kinds["payments"].recovered
+        incremental = w.run(LISTS_ONLY)
+        assert incremental.kinds["payments"].recovered == Counter(payment_succeeded=1)
+        assert w.projected("payment", "pay_gap") == "succeeded"
+        # Once read on from the watermark, the next wide run moves it again.
+        w.advance(timedelta(hours=1))
+        w.run(ReconcileOptions(mode="wide", sweep_budget=0))
+        assert w.reconciler.store.watermark("payment") == w.now()
