@@ -184,7 +184,9 @@ def check_run(w: World, run: Run, accounts: list[Account]) -> None:
             raise fail(w, f"account {account.id}'s run failed: exit {code}: {run.stderr.strip()}")
         failures = report["totals"].get("failures", 0)
         status = report["status"]
-        expected = 4 if failures else {"ok": 0, "unresolved": 1, "dry_run": 0}.get(status)
+        # A dry run exits as the real run reading the same would (its ``outcome``).
+        outcome = report.get("outcome", status)
+        expected = 4 if failures else {"ok": 0, "unresolved": 1}.get(outcome)
         if code != expected:
             raise fail(
                 w,
@@ -198,7 +200,7 @@ def check_run(w: World, run: Run, accounts: list[Account]) -> None:
 def _code_of(report: dict[str, Any]) -> int:
     if report["totals"].get("failures", 0):
         return 4
-    return {"ok": 0, "unresolved": 1}.get(report["status"], 0)
+    return {"ok": 0, "unresolved": 1}.get(report.get("outcome", report["status"]), 0)
 
 
 def ok_means_in_step(w: World, account: Account, report: dict[str, Any]) -> None:
@@ -322,9 +324,10 @@ def story(w: World, key: Key) -> str:
 
 def quiet_and_final(w: World) -> None:
     """The world goes quiet: every account goes live, every handler is well, the network
-    delivers everything, the processor sends what it still has to; a nightly wide run a
-    day apart, twice. Then every object equals the processor, and every state an
-    object ended in after its account went live reached the handlers exactly once."""
+    delivers everything, the processor sends what it still has to; each day the scheduled
+    (incremental) run and the nightly wide one, two days running. Then every object equals
+    the processor, and every state an object ended in after its account went live reached
+    the handlers exactly once."""
     w.note("--- the world goes quiet ---")
     w.shop.moods.clear()
     w.shop.notify_moods.clear()
@@ -351,6 +354,11 @@ def quiet_and_final(w: World) -> None:
         w.advance(timedelta(days=1))
         deliver_everything(w)
         w.note("final reconcile:")
+        # The scheduled run reads on from where the last one stopped (the wide run reads
+        # only the last two days): an object created days ago whose webhook was lost is
+        # caught there, as a shop running both would catch it.
+        run_accounts(w, None, [])
+        drain(w)
         last = run_accounts(w, None, ["--mode", "wide"])
         drain(w)
         nothing_twice(w)
