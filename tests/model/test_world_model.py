@@ -58,7 +58,7 @@ from hypothesis.stateful import (
 
 from receiver.core.accounts import DEFAULT_ACCOUNT
 from tests.conftest import backend, fresh_database
-from tests.model import truth
+from tests.model import holes, truth
 from tests.model.processor import FATES
 from tests.model.shop import MOODS
 from tests.model.world import CARDS, START, Template, World, world
@@ -205,6 +205,52 @@ class WorldModel(RuleBasedStateMachine):
             account = self.pick(self.world.waiting("deployed", "adopting"), i)
             self.world.adopt(account, budget=1 if budget_of_one else None, tell_deploy=tell)
 
+    @precondition(lambda self: self.w is not None and bool(self.w.waiting("history")))
+    @rule(
+        i=index,
+        trading=st.lists(
+            st.tuples(st.booleans(), index, index, st.lists(st.sampled_from(FATES), max_size=3)),
+            min_size=1,
+            max_size=3,
+        ),
+        gap=st.sampled_from(DELTAS),
+        budget_of_one=st.booleans(),
+        tell=st.booleans(),
+    )
+    def go_live(
+        self,
+        i: int,
+        trading: list[tuple[bool, int, int, list[str]]],
+        gap: timedelta,
+        budget_of_one: bool,
+        tell: bool,
+    ) -> None:
+        """An account trading on the earlier system goes live the way a shop does it: the
+        deploy; the shop trades on meanwhile (a new object, or one of the account's moves)
+        and the processor sends its webhooks (delivered, lost, late, lost for good) while
+        minutes to a day pass; then ``reconcile adopt`` (perhaps within one request, told
+        the deploy's time or not)."""
+        with self.step():
+            w = self.world
+            account = self.pick(w.waiting("history"), i)
+            w.deploy(account)
+            for new, j, arg, fates in trading:
+                mine = w.things(accounts=iter([account]))
+                if new or not mine:
+                    action = self.pick(CREATE, j)
+                    if action == "mandate" and len(account.merchant.accounts) > 1:
+                        action = "payout"
+                    w.act(account, action, arg)
+                else:
+                    thing = self.pick(mine, j)
+                    w.move(thing, self.pick(list(MOVES[thing.kind]), arg), arg)
+                w.network.fates.extend(fates)
+                w.deliver()
+                w.network.fates.clear()
+            if w.now() + gap - START <= timedelta(days=MAX_DAYS):
+                w.advance(gap)
+            w.adopt(account, budget=1 if budget_of_one else None, tell_deploy=tell)
+
     # -- the processor's objects -----------------------------------------------------------
 
     @rule(i=index, action=st.sampled_from(CREATE), arg=index)
@@ -226,6 +272,12 @@ class WorldModel(RuleBasedStateMachine):
         with self.step():
             thing = self.pick(self.world.things(), i)
             action = self.pick(list(MOVES[thing.kind]), j)
+            if (
+                holes.NEW_SWEEP_UNDATED_MANDATE
+                and thing.kind == "mandate"
+                and self.world.accounts[thing.account].stage == "history"
+            ):
+                return
             self.world.move(thing, action, arg)
 
     @rule(delta=st.sampled_from(DELTAS))
