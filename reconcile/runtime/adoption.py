@@ -187,6 +187,13 @@ class Adopter:
                 "this database has adopted an account with history; it cannot be declared new"
             )
         self.inbox.operations.set_cutover("new_account", None, account=self.store.account)
+        # Nothing before now: the first run reads on from here, however long after it comes
+        # (its 48-hour lookback would miss what was created between now and then). A
+        # watermark already there (declared before, runs since) is left where it is.
+        now = as_utc(self.clock())
+        for kind in [*KIND_NAMES.values(), EVENTS]:
+            if self.store.watermark(kind) is None:
+                self.store.set_watermark(kind, now)
         return AdoptionReport(mode="new_account", dry_run=False, cutover_at=None)
 
     def adopt(self, options: AdoptOptions | None = None) -> AdoptionReport:

@@ -361,3 +361,19 @@ def test_observing_an_object_older_than_adoptions_reach_does_not_dispatch_its_hi
             w.sandbox.get_payment("pay_today"), dispatch=True, app=w.app
         )
         assert later.dispatched_here
+
+
+def test_a_new_accounts_first_run_reads_from_its_declaration(make_app: AppFactory) -> None:
+    """Regression (found by the world model, tests/model): ``adopt --new-account`` started no
+    watermark, so a first run days later read only its 48-hour lookback: a payment made
+    between the declaration and then, its webhook lost, was never recovered."""
+    with world(make_app, new_account=False) as w:
+        Adopter(w.client, w.store).declare_new_account()
+        w.advance(timedelta(hours=1))
+        w.drop_next("payment_succeeded")
+        w.pay("pay_early")
+        w.settle()
+        w.advance(timedelta(days=4))  # the first run comes days later
+        report = w.run(ReconcileOptions(sweep_budget=0))
+        assert report.kinds["payments"].recovered == Counter(payment_succeeded=1)
+        assert w.projected("payment", "pay_early") == "succeeded"
