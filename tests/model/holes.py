@@ -14,8 +14,8 @@ from __future__ import annotations
 #: Not one of the ten (found by this machine, deep profile): a mandate created and revoked
 #: while its account was on the earlier system (which handled both), whose creation webhook
 #: failed there and was retried to hookledger after the deploy, is known to hookledger
-#: (that webhook is stale: history); the sweep then fetches it, finds it revoked and
-#: recovers ``mandate_revoked`` dated at its observation (``MandateResponse`` carries no
-#: time), after the cut-over: dispatched a second time. Narrowed: a mandate is not revoked
-#: while its account is on the earlier system.
+#: through that webhook (adoption not told ``--deployed-at``); the sweep then fetches it,
+#: finds it revoked and recovers ``mandate_revoked`` dated at its observation
+#: (``MandateResponse`` carries no time), after the cut-over: dispatched a second time.
+#: Narrowed: a mandate is not revoked while its account is on the earlier system.
 NEW_SWEEP_UNDATED_MANDATE = True
