@@ -104,7 +104,8 @@ def _no_statistics(engine: sa.Engine) -> None:
             conn.execute(sa.text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
 
 
-def _wait_drained(engine: sa.Engine, timeout: float) -> None:
+def _wait_drained(engine: sa.Engine, timeout: float, poll: float = 0.1) -> None:
+    """Until no event is open, polled every ``poll`` seconds (each poll reads pages too)."""
     deadline = time.monotonic() + timeout
     query = sa.text(
         "SELECT count(*) FROM hookledger_event WHERE status IN ('pending', 'processing')"
@@ -115,7 +116,7 @@ def _wait_drained(engine: sa.Engine, timeout: float) -> None:
                 return
         if time.monotonic() > deadline:
             raise RuntimeError(f"events still open after {timeout:g} s")
-        time.sleep(0.1)
+        time.sleep(poll)
 
 
 def _times(engine: sa.Engine) -> list[tuple[float, float]]:

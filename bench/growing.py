@@ -143,21 +143,6 @@ def _pages(engine: sa.Engine, db: Database) -> int:
         )
 
 
-def _wait_open(engine: sa.Engine, timeout: float) -> None:
-    """Until no event is open (polled twice a second: the poll reads pages too)."""
-    deadline = time.monotonic() + timeout
-    query = sa.text(
-        "SELECT count(*) FROM hookledger_event WHERE status IN ('pending', 'processing')"
-    )
-    while True:
-        with engine.connect() as conn:
-            if int(conn.execute(query).scalar_one()) == 0:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"events still open after {timeout:g} s")
-        time.sleep(0.5)
-
-
 def _wait_idle(engine: sa.Engine, timeout: float) -> None:
     """No event open, and the worker past its last batch (back in its poll wait)."""
     _wait_drained(engine, timeout)
@@ -196,7 +181,7 @@ def growing_history(cfg: GrowingConfig, workdir: Path) -> Growing:
                 resumed = time.time()
                 os.kill(worker.pid, signal.SIGCONT)
                 paused = False
-                _wait_open(engine, cfg.timeout)
+                _wait_drained(engine, cfg.timeout, poll=0.5)
                 first, last = _done_between(engine, resumed)
                 after = _cpu_of(engine, db, worker.pid)
                 time.sleep(1.5)  # the worker, polling, reports its pages

@@ -171,6 +171,18 @@ def test_business_profiles_of_one_merchant_are_accounts_of_their_own(
     assert [acc for acc, _ in _stored(app)] == ["brand_a", "brand_b"]
 
 
+#: A merchant's catch-all account (no profiles) and a brand naming its profile, both signing
+#: with the merchant's key (a profile inherits it unless given its own).
+_CATCH_ALL_AND_BRAND = {
+    "rest": {"merchant_id": "m_1", "secrets": "k:whsec_merchant_key_0001"},
+    "brand_eu": {
+        "merchant_id": "m_1",
+        "profile_ids": ["pro_eu"],
+        "secrets": "k:whsec_merchant_key_0001",
+    },
+}
+
+
 def test_a_brands_delivery_at_the_catch_alls_url_is_refused(make_app: AppFactory) -> None:
     """Review of issue 28: a merchant's catch-all account (no profiles) and a brand naming its
     profile, both signing with the merchant's key (a profile inherits the merchant account's
@@ -178,11 +190,7 @@ def test_a_brands_delivery_at_the_catch_alls_url_is_refused(make_app: AppFactory
     catch-all's URL (its profile's webhook URL not yet moved when the brand was split out)
     was stored under the catch-all, while the brand's reconcile recovered the same payment
     under the brand: dispatched twice. It is refused (403 HL_08) as observe() refuses it."""
-    key = "k:whsec_merchant_key_0001"
-    profiles = {
-        "rest": {"merchant_id": "m_1", "secrets": key},
-        "brand_eu": {"merchant_id": "m_1", "profile_ids": ["pro_eu"], "secrets": key},
-    }
+    profiles = _CATCH_ALL_AND_BRAND
     app, hooks = make_app(secrets="", accounts=json.dumps(profiles))
     eu = build_event("payment_succeeded", merchant_id="m_1", profile_id="pro_eu")
     uk = build_event("payment_succeeded", merchant_id="m_1", profile_id="pro_uk")
@@ -203,11 +211,7 @@ def test_a_delivery_refused_as_another_accounts_is_not_this_accounts_first_deliv
     another account's (403 HL_08) was noted as that account's first delivery, which bounds
     the end of its history at adoption (five minutes before it): another account's traffic
     could move this account's go-live."""
-    key = "k:whsec_merchant_key_0001"
-    profiles = {
-        "rest": {"merchant_id": "m_1", "secrets": key},
-        "brand_eu": {"merchant_id": "m_1", "profile_ids": ["pro_eu"], "secrets": key},
-    }
+    profiles = _CATCH_ALL_AND_BRAND
     app, _ = make_app(secrets="", accounts=json.dumps(profiles))
     eu = build_event("payment_succeeded", merchant_id="m_1", profile_id="pro_eu")
     assert _post(app, "/webhooks/rest/", eu, "whsec_merchant_key_0001")[0] == 403
