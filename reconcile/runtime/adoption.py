@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 import receiver.core.transitions as transitions
@@ -500,7 +500,9 @@ class Adopter:
                     for c in ("status", "stage", "event_time", "object_created_at", "event_pk")
                 }
                 | {"updated_at": project.excluded.updated_at},
-                where=P.c.event_pk.in_(replaced),
+                # Inline integers (the inbox's own keys): an expanding IN parameter cannot go
+                # with the executemany of several projections.
+                where=P.c.event_pk.in_([literal_column(str(int(pk))) for pk in replaced]),
             )
         else:
             project = project.on_conflict_do_nothing()

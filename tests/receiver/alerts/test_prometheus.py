@@ -226,10 +226,16 @@ def _scrape_evaluate_and_fire(prom: str, web: str) -> None:
     }
     assert alert["annotations"]["summary"] == "hookledger: new dead letters"
     assert "hookledger --app <your app> events --status dead" in alert["annotations"]["runbook"]
-    # The worker counted it, and the database agrees: one dead letter waits.
+    # The worker counted it, and the database agrees: one dead letter waits. (The alert may
+    # fire on one of them a scrape before the other target's is in: each is waited for.)
     for query in ("sum(hookledger_dead_letters_total)", "max(hookledger_dead_letter_events)"):
-        found = _api(prom, f"/api/v1/query?query={requests.utils.quote(query)}")["result"]
-        assert float(found[0]["value"][1]) == 1, query
+
+        def value(query: str = query) -> float | None:
+            found = _api(prom, f"/api/v1/query?query={requests.utils.quote(query)}")["result"]
+            return float(found[0]["value"][1]) if found else None
+
+        _until(f"{query} == 1", lambda value=value: value() == 1 or None, timeout=30)
+        assert value() == 1, query
 
 
 def _a_reconcile_run(database_url: str) -> None:

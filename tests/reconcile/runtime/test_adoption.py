@@ -307,6 +307,48 @@ def test_a_late_retry_of_history_during_adoption_does_not_make_adoption_skip_the
         assert w.handled == Counter()
 
 
+def test_a_late_retry_written_off_beside_other_objects_of_the_same_page(
+    make_app: AppFactory,
+) -> None:
+    """Found by the world model (deep profile): when adoption recorded a page holding an
+    object with a written-off retry beside others, its projections' write (several rows,
+    an executemany) carried an expanding IN parameter: SQLAlchemy refused it, and every
+    resumed ``reconcile adopt`` failed on that page."""
+    from receiver.testing import WebhookTestClient
+
+    with world(make_app, new_account=False) as w:
+        w.sandbox.webhook_url = None
+        disputes = []
+        for payment in ("pay_disputed_1", "pay_disputed_2", "pay_disputed_3"):
+            w.pay(payment)
+            disputes.append(w.sandbox.open_dispute(payment)["dispute_id"])
+        w.advance(timedelta(days=2))
+        for dispute in disputes:
+            w.sandbox.dispute_action(dispute, "win")
+        w.advance(timedelta(days=8))
+        w.sandbox.webhook_url = "http://merchant.test/webhooks/"
+        opened = next(
+            e
+            for e in w.sandbox.events()
+            if e["object_id"] == disputes[0] and e["event_type"] == "dispute_opened"
+        )
+        adopter = Adopter(w.client, w.store)
+        options = AdoptOptions(
+            deployed_at=w.now(), kinds=["disputes"], max_requests=1, since=w.now() - 20 * DAY
+        )
+        assert not adopter.adopt(options).finished
+        WebhookTestClient(w.app).post(opened["body"].encode())  # the processor's late retry
+        w.drain()
+        runs = 1
+        while not adopter.adopt(options).finished:
+            runs += 1
+            assert runs < 20
+        for dispute in disputes:
+            assert w.projected("dispute", dispute) == "dispute/dispute_won"
+        _settle_days(w, kinds=["disputes"])
+        assert w.handled == Counter()
+
+
 def test_returning_to_the_state_adoption_recorded_does_not_run_its_handlers(
     make_app: AppFactory,
 ) -> None:
