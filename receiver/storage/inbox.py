@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError
@@ -92,6 +92,8 @@ _STORED_SQL = (
 
 #: Sources whose event ids hookledger derives from the transition (not the processor's ids).
 _DERIVED = frozenset({Source.API, Source.RECONCILE, Source.BACKFILL})
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -583,20 +585,12 @@ class Inbox:
         """Store webhooks in the intake, judged against the inbox and the intake."""
         intake = self.intake
         assert intake is not None
-        try:
-            with intake.hold(self._write_wait):
-                intake.check_current()
-                return intake.transaction(
-                    lambda conn: [self._stage_one(conn, values) for values in rows]
-                )
-        except TimeoutError as exc:  # another writer kept the intake's lock: busy
-            raise StorageBusy() from exc
-        except OSError as exc:  # the intake's lock file cannot be opened
-            raise StorageUnavailable() from exc
-        except DBAPIError as exc:
-            if not is_unavailable(exc):
-                raise
-            raise unavailable(exc) from exc
+        return self._under_intake_lock(
+            intake,
+            lambda: intake.transaction(
+                lambda conn: [self._stage_one(conn, values) for values in rows]
+            ),
+        )
 
     def _stage_one(self, conn: Any, values: dict[str, Any]) -> Inserted:
         """One webhook into the intake (``conn``: its transaction, under its lock): a
@@ -738,10 +732,16 @@ class Inbox:
             pass
         except OSError as exc:  # the lock's file cannot be opened
             raise StorageUnavailable() from exc
+        self._under_intake_lock(intake, lambda: intake.note(*note))
+
+    def _under_intake_lock(self, intake: Intake, write: Callable[[], T]) -> T:
+        """``write()`` to the intake under its lock, once the file is the one at its path;
+        a lock held past the wait is busy, a lock file or intake that cannot be opened is
+        the storage's outage."""
         try:
             with intake.hold(self._write_wait):
                 intake.check_current()
-                intake.note(*note)
+                return write()
         except TimeoutError as exc:  # another writer kept the intake's lock: busy
             raise StorageBusy() from exc
         except OSError as exc:  # the intake's lock file cannot be opened
