@@ -17,6 +17,12 @@ Two kinds of wait, two kinds of bound:
   returns with an error, the pool drops that connection, and the caller sees an ordinary
   "database unavailable" error. Past :attr:`Bounds.stall_after` it tells its listeners
   first (the worker logs ``action=stalled`` naming what it waits on).
+- Nobody answers a new connection: the server (or a pooler in front of it) accepts the TCP
+  connection and never answers the startup. There is no socket to cut yet: the connect
+  timeout (``connect_timeout``, 5 s unless the URL names another; never off on a bounded
+  engine) ends it, and the watch tells its listeners about it as a stall, naming the host,
+  port and database it waits on (never the URL's password), when it outlasts
+  :attr:`Bounds.stall_after` or ends by the timeout, whichever comes first.
 
 The defaults fit the worker's lease (:meth:`Bounds.for_lease`). SQLite needs none of this:
 its busy timeout bounds every lock wait, and there is no socket.
@@ -69,6 +75,7 @@ class StallListener(Protocol):
 
 @dataclass(slots=True)
 class _Wait:
+    #: The connection to cut at the bound; ``None`` for a connect (its timeout ends it).
     conn: Any
     waiting_on: str
     phase: str
@@ -107,6 +114,7 @@ class AnswerWatch:
                 self._listeners.remove(listener)
 
     def enter(self, conn: Any, waiting_on: str) -> int:
+        """Start a wait for an answer on ``conn`` (``None``: a connect, never cut here)."""
         token = next(self._tokens)
         with self._lock:
             self._waits[token] = _Wait(conn, waiting_on, PHASE.get(), time.monotonic())
@@ -117,15 +125,20 @@ class AnswerWatch:
                 self._thread.start()
         return token
 
-    def leave(self, token: int) -> bool:
-        """End a wait; return whether it was cut."""
+    def leave(self, token: int, *, timed_out: bool = False) -> bool:
+        """End a wait; return whether it was cut. ``timed_out``: it ended without an answer
+        by a bound of its own (a connect's timeout): a stall, told as one if it was not yet."""
         with self._lock:
             wait = self._waits.pop(token, None)
-            listeners = list(self._listeners) if wait is not None and wait.reported else []
+            listeners = list(self._listeners) if wait is not None else []
         if wait is None:
             return False
-        if listeners and not wait.cut:
-            seconds = time.monotonic() - wait.started
+        seconds = time.monotonic() - wait.started
+        if timed_out:
+            if not wait.reported:
+                for listener in listeners:
+                    _tell(listener.stalled, wait, seconds)
+        elif wait.reported and not wait.cut:
             for listener in listeners:
                 _tell(listener.answered, wait, seconds)
         return wait.cut
@@ -142,7 +155,7 @@ class AnswerWatch:
                     if not wait.reported and waited >= self.stall_after:
                         wait.reported = True
                         stalled.append((wait, waited))
-                    if not wait.cut and waited >= self.timeout:
+                    if not wait.cut and wait.conn is not None and waited >= self.timeout:
                         wait.cut = True
                         _cut(wait.conn)
                         log.warning(
@@ -244,6 +257,52 @@ def _watched_class() -> Any:
     return WatchedConnection
 
 
+#: A bounded engine's connect timeout (seconds) when its URL turns it off (``0``) or names
+#: none (:func:`receiver.storage.database.make_engine` sets 5 s by default).
+CONNECT_TIMEOUT = 5
+
+
+def connect_timeout(given: Any) -> int:
+    """The connect timeout of a bounded engine: the URL's, unless it is off or unreadable."""
+    try:
+        seconds = int(float(given))
+    except (TypeError, ValueError):
+        return CONNECT_TIMEOUT
+    return seconds if seconds > 0 else CONNECT_TIMEOUT
+
+
+def describe_target(cparams: dict[str, Any]) -> str:
+    """``connect to db.internal:5432/shop``: where a connect waits, from its parameters,
+    never the password (nor the user, options or anything else the URL carries)."""
+    host = str(cparams.get("host") or cparams.get("hostaddr") or "the local socket")[:100]
+    port = cparams.get("port")
+    where = f"{host}:{port}" if port and not host.startswith("/") else host
+    database = cparams.get("dbname")
+    return f"connect to {where}/{str(database)[:63]}" if database else f"connect to {where}"
+
+
+def _watched_connect(watch: AnswerWatch | None, cargs: Any, cparams: dict[str, Any]) -> Any:
+    """Open a watched connection; the wait for the server's answer to the startup is told
+    to ``watch``'s listeners as a stall when it outlasts the stall bound or the connect
+    timeout (it cannot be cut: the timeout ends it)."""
+    cls = _watched_class()
+    if watch is None:
+        return cls.connect(*cargs, **cparams)
+    import psycopg
+
+    token = watch.enter(None, describe_target(cparams))
+    timed_out = False
+    try:
+        return cls.connect(*cargs, **cparams)
+    except psycopg.OperationalError as exc:
+        timed_out = isinstance(exc, getattr(psycopg.errors, "ConnectionTimeout", ())) or (
+            "timeout expired" in str(exc)
+        )
+        raise
+    finally:
+        watch.leave(token, timed_out=timed_out)
+
+
 def bound(engine: Engine, bounds: Bounds) -> None:
     """Put ``engine`` (PostgreSQL, psycopg) under ``bounds``: each new connection sets the
     server's timeouts, and its waits are watched (see the module docstring)."""
@@ -259,7 +318,8 @@ def bound(engine: Engine, bounds: Bounds) -> None:
 
     @event.listens_for(engine, "do_connect")
     def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
-        conn = _watched_class().connect(*cargs, **cparams)
+        cparams["connect_timeout"] = connect_timeout(cparams.get("connect_timeout"))
+        conn = _watched_connect(watch, cargs, cparams)
         conn.hookledger_watch = watch
         conn.hookledger_doing = "SET timeouts"
         autocommit = conn.autocommit

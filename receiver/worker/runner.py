@@ -114,9 +114,10 @@ class Worker:
         #: ``run(burst=True)`` gave up: the database did not answer within
         #: :attr:`WorkerConfig.give_up_after` (the ``worker`` command exits 5).
         self.gave_up = False
-        #: Since when (monotonic) the database has not answered, and on what it was waiting
-        #: (reported by :meth:`stalled`, or a storage error): ``action=resumed`` ends it.
-        self._trouble: tuple[float, str] | None = None
+        #: Since when (monotonic) the database has not answered, on what it was waiting
+        #: (reported by :meth:`stalled`, or a storage error), and whether a stall was logged
+        #: meanwhile (once per outage): ``action=resumed`` ends it.
+        self._trouble: tuple[float, str, bool] | None = None
         self._trouble_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -209,7 +210,7 @@ class Worker:
         """The database has not answered one of this worker's statements for ``seconds``
         (called from the watch's thread): say on what it waits, once per stall."""
         what = f"{waiting_on} ({phase})" if phase else waiting_on
-        if self._troubled(what, since=time.monotonic() - seconds):
+        if self._troubled(what, since=time.monotonic() - seconds, stall=True):
             log.warning(
                 "the database has not answered for %.1f s: waiting on %s",
                 seconds,
@@ -225,12 +226,19 @@ class Worker:
     def answered(self, waiting_on: str, phase: str, seconds: float) -> None:
         """A stalled statement got its answer after all (its round then ends as usual)."""
 
-    def _troubled(self, what: str, *, since: float | None = None) -> bool:
-        """Note that the database is not answering; ``True`` if that is news."""
+    def _troubled(self, what: str, *, since: float | None = None, stall: bool = False) -> bool:
+        """Note that the database is not answering; ``True`` if that is news: the first
+        trouble since it last answered, or (``stall``) its first stall, after a storage
+        error say (a connection that failed, then a reconnect that the server never
+        answers)."""
         with self._trouble_lock:
             if self._trouble is not None:
-                return False
-            self._trouble = (time.monotonic() if since is None else since, what)
+                started, _what, stalled_before = self._trouble
+                if not stall or stalled_before:
+                    return False
+                self._trouble = (started, what, True)
+                return True
+            self._trouble = (time.monotonic() if since is None else since, what, stall)
             return True
 
     def _resumed(self) -> None:
@@ -238,7 +246,7 @@ class Worker:
             trouble, self._trouble = self._trouble, None
         if trouble is None:
             return
-        since, what = trouble
+        since, what, _stalled = trouble
         log.warning(
             "the database answers again after %.1f s (it was waiting on %s)",
             time.monotonic() - since,

@@ -158,3 +158,89 @@ def test_a_stalled_database_is_logged_the_worker_resumes_by_itself_and_burst_exi
     finally:
         procs.close()
         proxy.close()
+
+
+def test_a_connect_that_is_never_answered_is_logged_as_a_stall_and_the_worker_resumes(
+    database_url: str, migrated: sa.Engine, tmp_path: Path
+) -> None:
+    """PostgreSQL accepts the TCP connection and never answers the startup (a hung server or
+    pooler; the proxy's ``blackhole``): the worker's reconnect is bounded by the connect
+    timeout and logged ``action=stalled`` with what it waits on (host, port and database,
+    never the URL's password), and the worker carries on by itself once connections are
+    answered again. Before: only ``storage unavailable`` lines, no ``stalled``."""
+    runlog = tmp_path / "runlog.txt"
+    procs = Procs(tmp_path, database_url, RELAPP_RUNLOG=str(runlog))
+    url = make_url(database_url)
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432).start()
+    secret = "conn-stall-pw-4711"  # trust auth ignores it; it must never reach the log
+    through = url.set(host="127.0.0.1", port=proxy.port, password=secret)
+    try:
+        port = free_port()
+        procs.gunicorn(port, workers=2)  # straight to the database: it keeps storing
+        base = f"http://127.0.0.1:{port}/webhooks/"
+        wait_healthy(base, procs=procs)
+        procs.database_url = through.render_as_string(hide_password=False)
+        worker = procs.worker("--poll-interval", "0.1", "--lease-seconds", "10", **BOUNDS)
+
+        before = _events("warm", 3)
+        assert {d.status for d in _deliver_all(base, before, timeout=15, parallel=2)} == {200}
+        wait_until(lambda: _done(migrated, list(before)), timeout=60, message="warm-up done")
+
+        # Every open link closes; new connections are accepted and never answered.
+        proxy.cut("blackhole")
+        cut_at = time.monotonic()
+        during = _events("connect", 5)
+        assert {d.status for d in _deliver_all(base, during, timeout=15, parallel=2)} == {200}
+
+        def connect_stalls() -> list[dict[str, object]]:
+            return [
+                a
+                for a in _actions(worker.output())
+                if a["action"] == "stalled" and str(a.get("waiting_on", "")).startswith("connect")
+            ]
+
+        wait_until(lambda: bool(connect_stalls()), timeout=40, message="the connect stall logged")
+        logged_after = time.monotonic() - cut_at
+        stalled = connect_stalls()[0]
+        assert f"127.0.0.1:{proxy.port}" in str(stalled["waiting_on"]), stalled
+        assert str(url.database) in str(stalled["waiting_on"]), stalled
+        assert stalled["phase"], stalled
+        # The connect is bounded: it ends (a storage error) and the worker tries again.
+        wait_until(
+            lambda: "worker_storage_error" in {a["action"] for a in _actions(worker.output())},
+            timeout=30,
+            message="the hung connect ended by its timeout",
+        )
+        assert proxy.accepted >= 2  # a new connect after the bounded one
+        assert worker.alive(), worker.output()
+        assert not _done(migrated, list(during))
+
+        proxy.restore()
+        restored = time.monotonic()
+        everything = [*before, *during]
+        wait_until(
+            lambda: _done(migrated, everything) or not worker.alive(),
+            timeout=60,
+            message="everything dispatched after the connects were answered again",
+        )
+        drained_after = time.monotonic() - restored
+        assert worker.alive(), worker.output()
+        wait_until(
+            lambda: "resumed" in {a["action"] for a in _actions(worker.output())},
+            timeout=30,
+            message="resumed logged",
+        )
+        assert effect_pids(migrated) == {worker.pid}
+        assert procs.stop(worker) == 0, worker.output()
+        assert secret not in worker.output()
+        assert effects(migrated) == {(e, h): 1 for e in everything for h in SESSION_HANDLERS}
+        print(
+            f"connect stall logged after {logged_after:.1f} s; all {len(everything)} events "
+            f"done {drained_after:.1f} s after connections were answered again"
+        )
+    except BaseException:
+        print(procs.tail())
+        raise
+    finally:
+        procs.close()
+        proxy.close()

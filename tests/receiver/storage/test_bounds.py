@@ -29,7 +29,14 @@ from receiver.core.errors import ConfigurationError
 from receiver.core.events import Event, parse_event
 from receiver.core.registry import Registry
 from receiver.core.retry import RetryPolicy
-from receiver.storage.bounds import answer_watch, describe_statement, phase
+from receiver.storage.bounds import (
+    CONNECT_TIMEOUT,
+    answer_watch,
+    connect_timeout,
+    describe_statement,
+    describe_target,
+    phase,
+)
 from receiver.storage.database import make_engine, upgrade
 from receiver.storage.tables import EventStatus
 from receiver.store import Store
@@ -115,6 +122,45 @@ def test_what_a_stall_names_is_a_statements_verb_and_table_never_its_literals() 
     )
     assert describe_statement("INSERT INTO t (a) VALUES ('secret')") == "INSERT t"
     assert "secret" not in describe_statement("SELECT 'secret'")
+
+
+def test_what_a_connect_stall_names_is_host_port_and_database_never_the_password() -> None:
+    engine = sa.create_engine("postgresql+psycopg://shop:pw-s3cret@db.internal:6432/shop")
+    _cargs, cparams = engine.dialect.create_connect_args(engine.url)
+    assert describe_target(cparams) == "connect to db.internal:6432/shop"
+    assert (
+        describe_target({"host": "/run/postgresql", "port": 5432}) == "connect to /run/postgresql"
+    )
+    assert describe_target({}) == "connect to the local socket"
+    # A bounded engine's connect is never without a timeout.
+    assert connect_timeout("7") == 7
+    assert connect_timeout(5) == 5
+    assert connect_timeout("0") == connect_timeout(None) == CONNECT_TIMEOUT
+
+
+def test_a_connect_that_times_out_before_the_stall_bound_is_told_as_a_stall() -> None:
+    """The default connect timeout (5 s) ends before the default stall bound (10 s): the
+    connect's own timeout is then the stall the worker logs; it is never cut or told twice."""
+    from receiver.storage.bounds import AnswerWatch
+
+    told: list[tuple[str, str, str]] = []
+
+    class Listener:
+        def stalled(self, waiting_on: str, phase: str, seconds: float) -> None:
+            told.append(("stalled", waiting_on, phase))
+
+        def answered(self, waiting_on: str, phase: str, seconds: float) -> None:
+            told.append(("answered", waiting_on, phase))
+
+    watch = AnswerWatch(Bounds(statement_timeout=10))
+    watch.add_listener(Listener())
+    with phase("claim"):
+        token = watch.enter(None, "connect to db:5432/shop")
+    assert watch.leave(token, timed_out=True) is False
+    assert told == [("stalled", "connect to db:5432/shop", "claim")]
+    told.clear()
+    assert watch.leave(watch.enter(None, "connect to db:5432/shop")) is False  # answered in time
+    assert told == []
 
 
 def test_sqlite_engines_are_left_to_their_busy_timeout() -> None:
