@@ -184,10 +184,7 @@ def worker_cmd(
     count = worker.run(burst=burst)
     click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
     if worker.gave_up:
-        fail(
-            f"worker --burst: the database did not answer within {worker.config.give_up_after:g} s",
-            EXIT_DATABASE,
-        )
+        fail(f"worker --burst: {worker.gave_up_because}", EXIT_DATABASE)
     if worker.intake_left:
         fail(f"worker --burst: {worker.intake_left}", EXIT_PROBLEM)
 

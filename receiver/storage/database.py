@@ -242,7 +242,9 @@ def downgrade(engine: Engine, revision: str, tree: MigrationTree = RECEIVER_MIGR
 
 
 def current_revision(engine: Engine, tree: MigrationTree = RECEIVER_MIGRATIONS) -> str | None:
-    with engine.connect() as conn:
+    # A read: on SQLite without the write lock (another process's long write transaction
+    # must not make a worker starting up, or ``hookledger status``, wait for it and fail).
+    with deferred_begin(engine).connect() as conn:
         context = MigrationContext.configure(conn, opts={"version_table": tree.version_table})
         return context.get_current_revision()
 

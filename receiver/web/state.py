@@ -70,9 +70,11 @@ class ReceiverState:
     ) -> Worker:
         """A worker on the app's store; ``bounded`` (the ``worker`` command): on the
         worker's own, whose every wait for PostgreSQL is bounded, and which ``--burst``
-        gives up on after :attr:`WorkerConfig.give_up_after`."""
+        gives up on after :attr:`WorkerConfig.give_up_after`: on PostgreSQL the client-side
+        bound on an answer, on SQLite (whose waits are for the write lock: the statement
+        timeout does not apply) the lease."""
         lease = self.settings.lease_seconds if lease_seconds is None else lease_seconds
-        answer = self.settings.bounds(lease).answer_timeout
+        answer = None if self.store.single_writer else self.settings.bounds(lease).answer_timeout
         config = WorkerConfig(
             lease_seconds=lease,
             poll_interval=self.settings.poll_interval if poll_interval is None else poll_interval,

@@ -34,7 +34,7 @@ from receiver.core.errors import (
 from receiver.core.events import parse_event
 from receiver.core.registry import Registry
 from receiver.storage.bounds import answer_watch, phase
-from receiver.storage.context import describe_database_error, is_database_error
+from receiver.storage.context import describe_database_error, is_busy, is_database_error
 from receiver.storage.dispatch import HandlerCall, Outcome, Work
 from receiver.storage.filelock import WritersLock
 from receiver.storage.inbox import WRITERS_LOCK_SUFFIX
@@ -111,9 +111,14 @@ class Worker:
         #: ``run(burst=True)`` ended with webhooks left in SQLite's intake, or an intake it
         #: could not read: why (the ``worker`` command exits 1).
         self.intake_left: str | None = None
-        #: ``run(burst=True)`` gave up: the database did not answer within
-        #: :attr:`WorkerConfig.give_up_after` (the ``worker`` command exits 5).
+        #: ``run(burst=True)`` gave up: the database did not answer (PostgreSQL), or its lock
+        #: stayed taken (SQLite), for :attr:`WorkerConfig.give_up_after` (the ``worker``
+        #: command exits 5); :attr:`gave_up_because` says which.
         self.gave_up = False
+        self.gave_up_because = ""
+        #: The last round could not claim: another writer kept SQLite's writers' lock past
+        #: the busy timeout (:meth:`run_once`).
+        self._writers_were_busy = False
         #: Since when (monotonic) the database has not answered, on what it was waiting
         #: (reported by :meth:`stalled`, or a storage error), and whether a stall was logged
         #: meanwhile (once per outage): ``action=resumed`` ends it.
@@ -159,19 +164,7 @@ class Worker:
                     worked = self.run_once()
                 except SQLAlchemyError as exc:  # the database went away mid-batch, say
                     self._troubled(describe_database_error(exc))
-                    give_up = self.config.give_up_after
-                    if burst and give_up is not None and time.monotonic() - answered_at >= give_up:
-                        self.gave_up = True
-                        log.error(
-                            "storage unavailable for %.1f s, giving up (--burst): %s%s",
-                            time.monotonic() - answered_at,
-                            describe_database_error(exc),
-                            f"; the leases of {len(self._stranded)} event(s) expire in "
-                            f"{self.config.lease_seconds:g} s"
-                            if self._stranded
-                            else "",
-                            extra={"action": "worker_gave_up", "worker": self.name},
-                        )
+                    if burst and self._give_up(answered_at, exc):
                         break
                     log.error(
                         "storage unavailable, retrying in %.1f s: %s",
@@ -181,6 +174,12 @@ class Worker:
                     )
                     self.stopping.wait(pause)
                     pause = min(pause * 2, 10.0)
+                    continue
+                if self._writers_were_busy and burst:
+                    # Not "no event is due": another writer kept the lock; try again, until
+                    # the bound (on SQLite the lease).
+                    if self._give_up(answered_at, None):
+                        break
                     continue
                 answered_at = time.monotonic()
                 self._resumed()
@@ -203,6 +202,39 @@ class Worker:
             extra={"action": "worker_stop", "worker": self.name, "processed": self.processed},
         )
         return self.processed
+
+    def _give_up(self, answered_at: float, exc: SQLAlchemyError | None) -> bool:
+        """``--burst``: whether to give up now, the database not having let a round through
+        since ``answered_at`` (``exc``: its error; ``None``: SQLite's writers' lock stayed
+        taken by another writer) for :attr:`WorkerConfig.give_up_after`; logged."""
+        give_up = self.config.give_up_after
+        waited = time.monotonic() - answered_at
+        if give_up is None or waited < give_up:
+            return False
+        self.gave_up = True
+        if exc is None:
+            self.gave_up_because = (
+                f"the database stayed locked for {waited:.1f} s (another writer kept its "
+                "writers' lock)"
+            )
+        elif self.store.single_writer and is_busy(exc):
+            self.gave_up_because = (
+                f"the database stayed locked for {waited:.1f} s ({describe_database_error(exc)})"
+            )
+        else:
+            self.gave_up_because = f"the database did not answer within {give_up:g} s"
+        log.error(
+            "%s, giving up (--burst)%s",
+            self.gave_up_because
+            if exc is None
+            else f"storage unavailable for {waited:.1f} s: {describe_database_error(exc)}",
+            f"; the leases of {len(self._stranded)} event(s) expire in "
+            f"{self.config.lease_seconds:g} s"
+            if self._stranded
+            else "",
+            extra={"action": "worker_gave_up", "worker": self.name},
+        )
+        return True
 
     # -- the watchdog (receiver.storage.bounds.StallListener) -----------------------------
 
@@ -274,6 +306,7 @@ class Worker:
 
     def run_once(self) -> int:
         """Claim a batch of due events and process them; return how many were processed."""
+        self._writers_were_busy = False
         waiting = self._intake_waits()
         if self.store.single_writer and not waiting and not self.store.queue.any_due():
             return 0  # found without taking the write lock
@@ -293,6 +326,7 @@ class Worker:
                 raise
             # Another writer held the writers' lock past the busy timeout (another worker's
             # handler running in its turn, say): nothing claimed, the next round tries again.
+            self._writers_were_busy = True
             self._writers_busy("claiming again next round")
             return 0
         if not batch:
@@ -387,7 +421,7 @@ class Worker:
         if left:
             self.intake_left = "webhooks are still in the intake"
             log.warning(
-                "webhooks are still in the intake (the database stayed locked, the intake "
+                "webhooks are still in the intake (the intake's lock stayed taken, the intake "
                 "cannot be read, or a row the inbox refuses): the next worker run moves them",
                 extra={"action": "intake_left", "worker": self.name},
             )
