@@ -37,6 +37,7 @@ from receiver.cli.common import (
 from receiver.cli.context import app_state, checked_engine, fail
 from receiver.cli.data_commands import register as register_data_commands
 from receiver.cli.event_commands import register as register_event_commands
+from receiver.cli.intake_commands import register as register_intake_commands
 from receiver.cli.story_commands import register as register_story_commands
 from receiver.config.settings import DOCUMENTED, PREFIX
 from receiver.core.accounts import DEFAULT_ACCOUNT
@@ -278,7 +279,11 @@ def status_cmd(
             f"workers alive {found.workers_alive}; open events "
             f"{sum(found.open_events.values())} (pending {found.open_events['pending']}, "
             f"processing {found.open_events['processing']}"
-            + (f"; {found.intake} in the intake" if found.intake else "")
+            + (
+                f"; {found.intake} in the intake, oldest {found.intake_oldest_age_seconds:.0f} s"
+                if found.intake and found.intake_oldest_age_seconds is not None
+                else ""
+            )
             + "); oldest open "
             f"{'-' if age is None else f'{age:.0f} s'}; dead letters {found.dead_events}"
         )
@@ -303,11 +308,12 @@ def status_cmd(
 # events, show, conflicts, requeue, replay (receiver/cli/event_commands.py); keys,
 # rotate-keys, redact, prune, retention, rejections (receiver/cli/data_commands.py);
 # accounts (receiver/cli/account_commands.py); object, order-index
-# (receiver/cli/story_commands.py)
+# (receiver/cli/story_commands.py); intake list|move (receiver/cli/intake_commands.py)
 register_event_commands(hookledger_group)
 register_data_commands(hookledger_group)
 register_account_commands(hookledger_group)
 register_story_commands(hookledger_group)
+register_intake_commands(hookledger_group)
 add_log_options(hookledger_group)
 
 

@@ -31,8 +31,11 @@ answered at once.
   the database is locked, and moved in the same transaction as the deliveries, before them.
 - **What reads the queue** (``hookledger status`` and ``stats``, the queue-depth and
   oldest-open metrics, the console's queue, the health check) counts the intake's deliveries
-  as pending events (:func:`figures_of`). Event listings, the order search and an object's
-  story show them once they are in the inbox: within a worker's claim or the next webhook.
+  as pending events (:func:`figures_of`), and ``hookledger status`` says how many wait here
+  and the oldest one's age. Event listings, the order search, an object's story and replay
+  show them once they are in the inbox: within a worker's claim or the next webhook.
+  ``hookledger intake list`` lists them (:func:`read_waiting`: no body, no header), and
+  ``hookledger intake move`` moves them now.
 
 PostgreSQL has row locks and needs none of this. A SQLite database in memory has none either.
 """
@@ -496,6 +499,60 @@ def read_figures(engine: Engine) -> tuple[dict[str, Waiting], str | None]:
     ):
         return {}, f"it is the intake of another database, {recorded}"
     return {str(r[0]): Waiting(int(r[1]), _time(r[2])) for r in rows}, None
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A delivery waiting in the intake, as ``hookledger intake list`` shows it: never its
+    body or headers."""
+
+    id: int
+    answer: str
+    account: str
+    event_id: str
+    event_type: str
+    object_key: str
+    source: str
+    received_at: datetime
+
+
+_LISTED = (
+    f"SELECT id, answer, account, event_id, event_type, object_key, source, received_at "
+    f"FROM {TABLE} ORDER BY id LIMIT ?"
+)
+
+
+def read_waiting(engine: Engine, *, limit: int) -> tuple[list[Listed], str | None]:
+    """The first ``limit`` deliveries waiting in ``engine``'s intake, in arrival order (the
+    order they are moved in), and why the intake could not be read (as :func:`read_figures`).
+    A read on a connection of its own: no lock, and no intake is made where there is none."""
+    path = path_of(engine)
+    _, problem = read_figures(engine)
+    if path is None or problem is not None or not os.path.exists(path):
+        return [], problem
+    try:
+        conn = sqlite3.connect(path, timeout=5.0)
+        try:
+            rows = conn.execute(_LISTED, (limit,)).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        if "no such table" in str(exc):
+            return [], None
+        return [], f"{type(exc).__name__}: {str(exc)[:200]}"
+    return [
+        Listed(
+            id=int(r[0]),
+            answer=str(r[1]),
+            account=str(r[2]),
+            event_id=str(r[3]),
+            event_type=str(r[4] or ""),
+            object_key=str(r[5] or ""),
+            source=str(r[6] or ""),
+            received_at=_time(r[7]),
+        )
+        for r in rows
+    ], None
 
 
 def _time(text: Any) -> datetime:

@@ -99,6 +99,10 @@ class OpsStatus:
     #: yet moved into the inbox (:mod:`receiver.storage.intake`); counted in ``open_events``
     #: as pending, and in the oldest open event's age.
     intake: int = 0
+    #: The age of the oldest of them (seconds; ``None``: none waits). Event listings, the
+    #: order search and an object's story show them only once they are in the inbox
+    #: (``hookledger intake list`` shows them, ``intake move`` moves them now).
+    intake_oldest_age_seconds: float | None = None
     #: Per processor account with open or dead events: ``open``, ``dead`` and
     #: ``oldest_open_age_seconds`` (see :mod:`receiver.core.accounts`).
     accounts: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -127,6 +131,11 @@ class OpsStatus:
             ],
             "open_events": self.open_events,
             "intake": self.intake,
+            "intake_oldest_age_seconds": (
+                None
+                if self.intake_oldest_age_seconds is None
+                else round(self.intake_oldest_age_seconds, 1)
+            ),
             "dead_events": self.dead_events,
             "accounts": self.accounts,
             "oldest_open_age_seconds": (
@@ -189,6 +198,11 @@ def check(
         age_of = max(0.0, (now - found.oldest).total_seconds())
         figures["oldest_open_age_seconds"] = max(figures["oldest_open_age_seconds"] or 0.0, age_of)
     in_intake = sum(found.count for found in waiting.values())
+    intake_age = (
+        max(0.0, (now - min(found.oldest for found in waiting.values())).total_seconds())
+        if waiting
+        else None
+    )
     if in_intake:
         open_counts[EventStatus.PENDING] = open_counts.get(EventStatus.PENDING, 0) + in_intake
     ages = [a["oldest_open_age_seconds"] for a in per_account.values()]
@@ -241,6 +255,7 @@ def check(
         oldest_open_age_seconds=age,
         problems=tuple(problems),
         intake=in_intake,
+        intake_oldest_age_seconds=intake_age,
         accounts={
             account: {
                 **figures,

@@ -1,0 +1,88 @@
+"""SQLite's intake seen and moved by an operator (issue 29 review): webhooks waiting in
+``<database>-intake`` were counted by ``status`` but invisible to ``events``, the order
+search, an object's story and replay until a worker moved them. ``status`` now says how many
+wait there and the oldest one's age, ``intake list`` shows them (never a body) and ``intake
+move`` moves them now."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from receiver.extension import WebhookReceiver
+from receiver.testing import WebhookTestClient
+from tests.conftest import AppFactory, backend
+from tests.receiver.storage.test_intake import another_process_holds_the_lock
+
+pytestmark = [
+    pytest.mark.storage,
+    pytest.mark.skipif(backend() != "sqlite", reason="SQLite's intake (PostgreSQL has none)"),
+]
+
+#: In a body: never printed by `intake list`.
+SECRET = "4111111111111111-cvv-123"
+
+
+def _staged(make_app: AppFactory) -> tuple[object, Path]:
+    """An app with two webhooks in the intake (stored while another process held the lock)."""
+    app, _ = make_app(sqlite_busy_timeout=1)
+    database = Path(str(WebhookReceiver.state(app).store.engine.url.database))
+    client = WebhookTestClient(app)
+    with another_process_holds_the_lock(database):
+        for n in (1, 2):
+            answer = client.send(
+                "payment_succeeded",
+                event_id=f"evt_wait_{n}",
+                object_id=f"pay_wait_{n}",
+                metadata={"note": SECRET},
+            )
+            assert answer.status_code == 200, answer.get_data(as_text=True)
+    return app, database
+
+
+def test_status_lists_and_moves_the_webhooks_waiting_in_the_intake(make_app: AppFactory) -> None:
+    app, database = _staged(make_app)
+    cli = app.test_cli_runner()  # type: ignore[attr-defined]
+
+    events = cli.invoke(args=["hookledger", "events", "--json"])
+    assert "evt_wait_1" not in events.output  # not in the inbox yet
+
+    status = cli.invoke(args=["hookledger", "status", "--no-worker-ok", "--json"])
+    found = json.loads(status.output)
+    assert found["intake"] == 2 and found["intake_oldest_age_seconds"] is not None
+    text = cli.invoke(args=["hookledger", "status", "--no-worker-ok"])
+    assert "2 in the intake, oldest " in text.output, text.output
+
+    listed = cli.invoke(args=["hookledger", "intake", "list"])
+    assert listed.exit_code == 0, listed.output
+    assert "evt_wait_1 payment_succeeded payment:pay_wait_1" in listed.output
+    assert "evt_wait_2" in listed.output
+    assert f"2 webhook(s) in the intake {database}-intake, oldest " in listed.output
+    assert SECRET not in listed.output
+    as_json = json.loads(cli.invoke(args=["hookledger", "intake", "list", "--json"]).output)
+    assert [d["event_id"] for d in as_json["deliveries"]] == ["evt_wait_1", "evt_wait_2"]
+    assert as_json["count"] == 2 and SECRET not in json.dumps(as_json)
+    first = cli.invoke(args=["hookledger", "intake", "list", "--limit", "1"])
+    assert "evt_wait_2" not in first.output and "(the first 1 shown)" in first.output
+
+    moved = cli.invoke(args=["hookledger", "intake", "move"])
+    assert moved.exit_code == 0, moved.output
+    assert "2 webhook(s) moved from the intake into the inbox; 0 left" in moved.output
+    events = cli.invoke(args=["hookledger", "events", "--json"])
+    assert "evt_wait_1" in events.output and "evt_wait_2" in events.output
+    assert "0 webhook(s) in the intake" in cli.invoke(args=["hookledger", "intake", "list"]).output
+    found = json.loads(cli.invoke(args=["hookledger", "status", "--no-worker-ok", "--json"]).output)
+    assert found["intake"] == 0 and found["intake_oldest_age_seconds"] is None
+    assert found["open_events"]["pending"] == 2
+
+
+def test_intake_move_exits_5_while_another_writer_keeps_the_lock(make_app: AppFactory) -> None:
+    app, database = _staged(make_app)
+    cli = app.test_cli_runner()  # type: ignore[attr-defined]
+    with another_process_holds_the_lock(database):
+        moved = cli.invoke(args=["hookledger", "intake", "move"])
+    assert moved.exit_code == 5, moved.output
+    assert "nothing moved" in moved.output
+    assert "2 webhook(s) in the intake" in cli.invoke(args=["hookledger", "intake", "list"]).output
