@@ -33,6 +33,14 @@ log = logging.getLogger("receiver.store")
 
 #: Accounts a claim takes turns between (with more, the next claim serves the next ones).
 ACCOUNTS_PER_CLAIM = 16
+#: Where the open-events index keeps the entries of done events until a vacuum (PostgreSQL),
+#: a claim's walk starts at each account's floor, learnt by a full scan at most this long ago
+#: and at most :data:`FLOOR_CLAIMS` claims ago (see :meth:`Queue._candidates`).
+FLOOR_LIFETIME = timedelta(seconds=1)
+FLOOR_CLAIMS = 32
+#: A floor is this much below the earliest open event the full scan saw (or its own time):
+#: an event written with an earlier time by a transaction that committed after the scan.
+FLOOR_MARGIN = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,6 +76,11 @@ class Queue:
         self._sql = storage.sql
         #: The last account a claim took turns up to (see :meth:`_candidates`).
         self._after = ""
+        #: Each account with open events and where its walk starts, as of the last full
+        #: scan (at ``_floors_at``, ``_floor_claims`` claims ago); ``None``: none to use.
+        self._floors: dict[str, datetime] | None = None
+        self._floors_at = datetime.min
+        self._floor_claims = 0
 
     def __repr__(self) -> str:
         return f"Queue(dialect={self._sql.name!r})"
@@ -136,17 +149,82 @@ class Queue:
         open events (up to :data:`ACCOUNTS_PER_CLAIM`, after those the previous claim
         served: with more accounts, each claim moves on), each with its share of ``scan``
         in due order, interleaved. A flood in one account cannot keep another's events
-        waiting behind it: each batch has room for every account's earliest."""
-        accounts = self._sql.accounts_open(conn, self._after, ACCOUNTS_PER_CLAIM)
-        if len(accounts) < ACCOUNTS_PER_CLAIM and self._after:
-            accounts += [
-                a
-                for a in self._sql.accounts_open(conn, "", ACCOUNTS_PER_CLAIM - len(accounts))
-                if a not in accounts
+        waiting behind it: each batch has room for every account's earliest.
+
+        On PostgreSQL an event that is done leaves its entry in the index over open events
+        (a dead row version) until a vacuum, at the index's low end, where every walk in
+        due order starts: with autovacuum behind, each claim read the whole done history
+        (issue 29, item 6). So a full scan (the accounts' skip scan and their walks from
+        the start) also learns each account's floor, its earliest open event's
+        ``next_attempt_at`` (or the scan's time, if earlier) less :data:`FLOOR_MARGIN`,
+        and the next claims, for up to :data:`FLOOR_LIFETIME` and :data:`FLOOR_CLAIMS`,
+        walk those accounts from their floors only. A claim that finds nothing that way,
+        or comes after those bounds, scans in full: an account that got its first open
+        event, or an event committed late with an earlier time, waits at most that long
+        behind the others (order within an object is kept by the heads, whatever the
+        walk found). With more accounts than a claim takes turns between, every claim
+        scans in full."""
+        floors = self._floors_in_use(now)
+        if floors:
+            self._floor_claims += 1
+            accounts = list(floors)
+            found = self._interleave(
+                self._sql.due_of_accounts(
+                    conn,
+                    self._due(now),
+                    now,
+                    self._share(scan, accounts),
+                    accounts,
+                    [floors[a] for a in accounts],
+                )
+            )
+            if found:
+                return found
+        rotating = bool(self._after)
+        opened = self._sql.accounts_open(conn, self._after, ACCOUNTS_PER_CLAIM)
+        if len(opened) < ACCOUNTS_PER_CLAIM and self._after:
+            seen = {a for a, _ in opened}
+            opened += [
+                o
+                for o in self._sql.accounts_open(conn, "", ACCOUNTS_PER_CLAIM - len(opened))
+                if o[0] not in seen
             ]
+        accounts = [a for a, _ in opened]
         self._after = accounts[-1] if len(accounts) == ACCOUNTS_PER_CLAIM else ""
-        share = max(2, -(-scan // max(1, len(accounts))))
-        per_account = self._sql.due_of_accounts(conn, self._due(now), now, share, accounts)
+        self._learn_floors(now, opened, whole=not rotating and not self._after)
+        per_account = self._sql.due_of_accounts(
+            conn, self._due(now), now, self._share(scan, accounts), accounts
+        )
+        return self._interleave(per_account)
+
+    def _floors_in_use(self, now: datetime) -> dict[str, datetime] | None:
+        if not self._floors or self._floor_claims >= FLOOR_CLAIMS:
+            return None
+        if not timedelta(0) <= now - self._floors_at < FLOOR_LIFETIME:
+            return None
+        return self._floors
+
+    def _learn_floors(
+        self, now: datetime, opened: list[tuple[str, datetime | None]], *, whole: bool
+    ) -> None:
+        """Keep each account's floor from a full scan that saw every account with open
+        events (``whole``) where the index keeps done events' entries; else none."""
+        self._floors = None
+        if not (whole and opened and self._sql.open_index_keeps_done):
+            return
+        floors = {}
+        for account, first_due in opened:
+            if first_due is None:
+                return
+            floors[account] = min(as_utc(first_due), now) - FLOOR_MARGIN
+        self._floors, self._floors_at, self._floor_claims = floors, now, 0
+
+    @staticmethod
+    def _share(scan: int, accounts: Sequence[str]) -> int:
+        return max(2, -(-scan // max(1, len(accounts))))
+
+    @staticmethod
+    def _interleave(per_account: list[list[tuple[str, int]]]) -> dict[str, int]:
         candidates: dict[str, int] = {}
         for turn in itertools.zip_longest(*per_account):
             for found in turn:

@@ -125,12 +125,26 @@ class Statements(ABC):
         ``id, object_key`` by ``next_attempt_at, id``, read through the index over open
         events in that order (it stops after ``scan`` rows, whatever the backlog)."""
 
+    #: Whether the index over open events keeps the entries of events that are no longer
+    #: open until a vacuum (PostgreSQL: the dead row versions of every event done since),
+    #: at its low end, where each walk in due order starts; the queue then starts its walks
+    #: at a floor (see :meth:`receiver.storage.queue.Queue._candidates`).
+    open_index_keeps_done: ClassVar[bool] = False
+
     def due_of_accounts(
-        self, conn: Connection, due: Any, now: datetime, share: int, accounts: Sequence[str]
+        self,
+        conn: Connection,
+        due: Any,
+        now: datetime,
+        share: int,
+        accounts: Sequence[str],
+        floors: Sequence[datetime] | None = None,
     ) -> list[list[tuple[str, int]]]:
         """Each of ``accounts``' up to ``share`` due events (``object_key, id``, in due order,
         as :meth:`due_candidates`), in ``accounts`` order: here one query per account (on
-        SQLite a statement is a call into the library, not a round trip)."""
+        SQLite a statement is a call into the library, not a round trip). ``floors``: per
+        account, where its walk starts (``next_attempt_at`` at or after it); only where
+        :attr:`open_index_keeps_done`, ignored elsewhere."""
         return [
             [
                 (row.object_key, int(row.id))
@@ -139,11 +153,15 @@ class Statements(ABC):
             for account in accounts
         ]
 
-    def accounts_open(self, conn: Connection, after: str, limit: int) -> list[str]:
+    def accounts_open(
+        self, conn: Connection, after: str, limit: int
+    ) -> list[tuple[str, datetime | None]]:
         """Up to ``limit`` accounts with open events, in order, after ``after``: a skip
-        scan of the index over open events (one probe per account, whatever the backlog)."""
+        scan of the index over open events (one probe per account, whatever the backlog).
+        With each, where :attr:`open_index_keeps_done`, its earliest open event's
+        ``next_attempt_at`` (the probe lands on it); elsewhere ``None``."""
         rows = conn.execute(self.accounts_open_sql, {"after": after, "limit": limit})
-        return [row[0] for row in rows]
+        return [(row[0], row[1] if len(row) > 1 else None) for row in rows]
 
     @property
     @abstractmethod

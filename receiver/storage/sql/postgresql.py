@@ -161,17 +161,20 @@ TAKE_LEASES = text(
 
 #: Accounts with open events after ``:after``: a skip scan of the open-events index, one
 #: probe per account (see :meth:`receiver.storage.sql.base.Statements.accounts_open`).
+#: Each probe lands on the account's earliest open event (the index's order is account, then
+#: ``next_attempt_at``) and returns its ``next_attempt_at`` too: the account's floor.
 ACCOUNTS_OPEN = text(
-    "WITH RECURSIVE a(account, n) AS ("
-    " SELECT (SELECT account FROM hookledger_event"
-    " WHERE status IN ('pending', 'processing') AND account > :after"
-    " ORDER BY account LIMIT 1), 1"
+    "WITH RECURSIVE a(account, first_due, n) AS ("
+    " SELECT f.account, f.next_attempt_at, 1 FROM (SELECT account, next_attempt_at"
+    " FROM hookledger_event WHERE status IN ('pending', 'processing') AND account > :after"
+    " ORDER BY account, next_attempt_at LIMIT 1) AS f"
     " UNION ALL"
-    " SELECT (SELECT e.account FROM hookledger_event AS e"
+    " SELECT f.account, f.next_attempt_at, a.n + 1 FROM a CROSS JOIN LATERAL"
+    " (SELECT e.account, e.next_attempt_at FROM hookledger_event AS e"
     " WHERE e.status IN ('pending', 'processing') AND e.account > a.account"
-    " ORDER BY e.account LIMIT 1), a.n + 1"
-    " FROM a WHERE a.account IS NOT NULL AND a.n < :limit"
-    ") SELECT account FROM a WHERE account IS NOT NULL"
+    " ORDER BY e.account, e.next_attempt_at LIMIT 1) AS f"
+    " WHERE a.n < :limit"
+    ") SELECT account, first_due FROM a"
 )
 
 #: Every given account's due events in one statement: per account (in the array's order) a
@@ -179,10 +182,13 @@ ACCOUNTS_OPEN = text(
 #: query per account cost a round trip each: with 16 accounts per claim, a quarter of the
 #: dispatch rate).
 DUE_OF_ACCOUNTS = text(
-    "SELECT a.ord, c.object_key, c.id FROM unnest(CAST(:accounts AS text[]))"
-    " WITH ORDINALITY AS a(account, ord)"
+    "SELECT a.ord, c.object_key, c.id FROM unnest(CAST(:accounts AS text[]),"
+    " CAST(:floors AS timestamptz[])) WITH ORDINALITY AS a(account, floor, ord)"
     " CROSS JOIN LATERAL (SELECT e.id, e.object_key, e.next_attempt_at FROM hookledger_event AS e"
     " WHERE e.account = a.account AND e.status IN ('pending', 'processing')"
+    # The walk starts at the account's floor (an index bound): the entries below it are those
+    # of events done since (dead row versions, until a vacuum). No floor: from the start.
+    " AND e.next_attempt_at >= COALESCE(a.floor, '-infinity')"
     " AND e.next_attempt_at <= :now"
     " AND (e.lease_expires_at IS NULL OR e.lease_expires_at < :now)"
     " ORDER BY e.next_attempt_at, e.id LIMIT :share FOR UPDATE OF e SKIP LOCKED) AS c"
@@ -314,6 +320,7 @@ class PostgreSQLStatements(Statements):
     single_writer: ClassVar[bool] = False
     one_statement_batches: ClassVar[bool] = True
     accounts_open_sql: ClassVar[Any] = ACCOUNTS_OPEN
+    open_index_keeps_done: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._insert_event = (
@@ -405,12 +412,22 @@ class PostgreSQLStatements(Statements):
     # -- queue ----------------------------------------------------------------------------
 
     def due_of_accounts(
-        self, conn: Connection, due: Any, now: datetime, share: int, accounts: Sequence[str]
+        self,
+        conn: Connection,
+        due: Any,
+        now: datetime,
+        share: int,
+        accounts: Sequence[str],
+        floors: Sequence[datetime] | None = None,
     ) -> list[list[tuple[str, int]]]:
         found: list[list[tuple[str, int]]] = [[] for _ in accounts]
-        rows = conn.execute(
-            DUE_OF_ACCOUNTS, {"accounts": list(accounts), "now": now, "share": share}
-        )
+        params = {
+            "accounts": list(accounts),
+            "floors": list(floors) if floors is not None else [None] * len(accounts),
+            "now": now,
+            "share": share,
+        }
+        rows = conn.execute(DUE_OF_ACCOUNTS, params)
         for ord_, object_key, pk in rows:
             found[int(ord_) - 1].append((object_key, int(pk)))
         return found

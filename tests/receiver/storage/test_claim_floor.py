@@ -1,0 +1,86 @@
+"""Claims walk each account's open events from a floor (issue 29, item 6): on PostgreSQL the
+index over open events keeps the entries of done events until a vacuum, so a full scan
+learns where each account's open events begin and the next claims start there. No event may
+be stranded by it: one written late with an earlier time, and an account's first open event,
+are claimed within the floors' bounds (:data:`receiver.storage.queue.FLOOR_CLAIMS` claims, or
+:data:`receiver.storage.queue.FLOOR_LIFETIME`), while other events keep the claims busy."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from receiver.core.events import parse_event
+from receiver.storage.queue import FLOOR_CLAIMS
+from receiver.store import Store
+from receiver.testing.factories import build_event, encode
+
+pytestmark = pytest.mark.storage
+
+
+def _insert(store: Store, n: int, prefix: str, *, account: str = "default") -> list[int]:
+    pks = []
+    for i in range(n):
+        body = encode(
+            build_event(
+                "payment_succeeded", object_id=f"pay_{prefix}_{i}", event_id=f"evt_{prefix}_{i}"
+            )
+        )
+        inserted = store.inbox.insert(parse_event(body), body, account=account)
+        assert inserted.pk is not None
+        pks.append(inserted.pk)
+    return pks
+
+
+def _claims(store: Store, n: int) -> list[int]:
+    """The inbox ids ``n`` claims of one event each lease (kept: each claim takes another)."""
+    claimed: list[int] = []
+    for _ in range(n):
+        claimed += [c.pk for c in store.queue.claim_batch("floor-worker", 60, limit=1)]
+    return claimed
+
+
+def test_an_event_written_below_the_floor_is_claimed_within_its_bounds(
+    engine: sa.Engine, store: Store
+) -> None:
+    """An event whose transaction committed after the full scan with a time before the floor
+    (a long transaction, a clock behind): the walks from the floor do not see it, the next
+    full scan does, even while the floor's walks keep finding others."""
+    _insert(store, FLOOR_CLAIMS + 8, "flood")
+    assert len(_claims(store, 1)) == 1  # a full scan: the floors are learnt
+    (late,) = _insert(store, 1, "late")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE hookledger_event SET next_attempt_at = :at WHERE id = :pk"),
+            {"at": datetime.now(UTC) - timedelta(hours=1), "pk": late},
+        )
+    assert late in _claims(store, FLOOR_CLAIMS + 1)
+
+
+def test_an_accounts_first_open_event_is_claimed_within_the_floors_bounds(
+    engine: sa.Engine, store: Store
+) -> None:
+    """Another account's first open event, stored after the full scan: the walks from the
+    floors know only the accounts that scan saw; the next full scan sees it."""
+    _insert(store, FLOOR_CLAIMS + 8, "flood")
+    assert len(_claims(store, 1)) == 1
+    (other,) = _insert(store, 1, "other", account="acct_other")
+    assert other in _claims(store, FLOOR_CLAIMS + 1)
+
+
+def test_a_claim_that_finds_nothing_from_the_floors_scans_in_full(
+    engine: sa.Engine, store: Store
+) -> None:
+    """Once the floors' walks find nothing due, the claim scans in full at once: an event
+    below the floor is not left waiting for the bounds when nothing else is."""
+    _insert(store, 2, "few")
+    assert len(_claims(store, 2)) == 2
+    (late,) = _insert(store, 1, "late")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE hookledger_event SET next_attempt_at = :at WHERE id = :pk"),
+            {"at": datetime.now(UTC) - timedelta(hours=1), "pk": late},
+        )
+    assert _claims(store, 1) == [late]
