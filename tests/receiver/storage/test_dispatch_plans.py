@@ -362,21 +362,8 @@ def test_claims_walk_the_open_events_index_from_past_the_done_history(
     no_statistics(engine, TABLES)
     registry = Registry()
     registry.on_any(name="bench.noop")(lambda event: None)
-    at = datetime.now(UTC) - timedelta(minutes=5)
-    with engine.begin() as conn:  # the done history, as the worker leaves it: updated rows
-        conn.execute(
-            sa.text(
-                "INSERT INTO hookledger_event (event_id, source, event_type, object_kind,"
-                " object_id, object_status, object_key, event_time, received_at, body, headers,"
-                " body_sha256, status, attempts, next_attempt_at)"
-                " SELECT 'evt_done_' || g, 'webhook', 'payment_succeeded', 'payment',"
-                " 'pay_done_' || g, 'succeeded', 'default:payment:pay_done_' || g, :at, :at,"
-                " convert_to('{}', 'UTF8'), '{}', md5(g::text), 'pending', 0,"
-                " :at + g * interval '1 microsecond' FROM generate_series(1, :n) AS g"
-            ),
-            {"at": at, "n": DONE_BY_WORKER},
-        )
-        conn.execute(sa.text("UPDATE hookledger_event SET status = 'done', processed_at = now()"))
+    _fill_done_history(engine, DONE_BY_WORKER)
+    with engine.connect() as conn:
         size = conn.execute(
             sa.text("SELECT pg_relation_size('ix_hookledger_event_open_due') / 8192")
         ).scalar_one()
