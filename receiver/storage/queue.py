@@ -81,6 +81,8 @@ class Queue:
         self._floors: dict[str, datetime] | None = None
         self._floors_at = datetime.min
         self._floor_claims = 0
+        #: Whether the last :meth:`_candidates` came from the floors' walks only.
+        self._walked_floors = False
 
     def __repr__(self) -> str:
         return f"Queue(dialect={self._sql.name!r})"
@@ -131,17 +133,37 @@ class Queue:
         expires = now + timedelta(seconds=lease_seconds)
         with self.storage.engine.begin() as conn:
             candidates = self._candidates(conn, now, scan)
-            keys = list(candidates)[: limit * 2]
-            if not keys:
-                return []
-            leased = self._take_object_leases(conn, keys, owner, now, expires)
-            if not leased:
-                return []
-            heads = self._heads(conn, leased, candidates, now)
-            claimed = self._mark_claimed(conn, heads[:limit], owner, expires)
-            returned = set(leased) - {c.object_key for c in claimed}
-            if returned:
-                self._sql.give_back_leases(conn, sorted(returned), owner)
+            claimed = self._claim_of(conn, candidates, owner, now, expires, limit)
+            if not claimed and self._walked_floors:
+                # The floors' walks found only events no claim can take now (an object's
+                # later event behind its head's retry, others' leases): that is finding
+                # nothing, so this claim scans in full (an account's first event, an event
+                # below its floor) rather than leave them for the floors' bounds.
+                self._floors = None
+                candidates = self._candidates(conn, now, scan)
+                claimed = self._claim_of(conn, candidates, owner, now, expires, limit)
+        return claimed
+
+    def _claim_of(
+        self,
+        conn: Connection,
+        candidates: dict[str, int],
+        owner: str,
+        now: datetime,
+        expires: datetime,
+        limit: int,
+    ) -> list[Claimed]:
+        keys = list(candidates)[: limit * 2]
+        if not keys:
+            return []
+        leased = self._take_object_leases(conn, keys, owner, now, expires)
+        if not leased:
+            return []
+        heads = self._heads(conn, leased, candidates, now)
+        claimed = self._mark_claimed(conn, heads[:limit], owner, expires)
+        returned = set(leased) - {c.object_key for c in claimed}
+        if returned:
+            self._sql.give_back_leases(conn, sorted(returned), owner)
         return claimed
 
     def _candidates(self, conn: Connection, now: datetime, scan: int) -> dict[str, int]:
@@ -158,13 +180,14 @@ class Queue:
         the start) also learns each account's floor, its earliest open event's
         ``next_attempt_at`` (or the scan's time, if earlier) less :data:`FLOOR_MARGIN`,
         and the next claims, for up to :data:`FLOOR_LIFETIME` and :data:`FLOOR_CLAIMS`,
-        walk those accounts from their floors only. A claim that finds nothing that way,
+        walk those accounts from their floors only. A claim that takes nothing that way,
         or comes after those bounds, scans in full: an account that got its first open
         event, or an event committed late with an earlier time, waits at most that long
         behind the others (order within an object is kept by the heads, whatever the
         walk found). With more accounts than a claim takes turns between, every claim
         scans in full."""
         floors = self._floors_in_use(now)
+        self._walked_floors = False
         if floors:
             self._floor_claims += 1
             accounts = list(floors)
@@ -179,6 +202,7 @@ class Queue:
                 )
             )
             if found:
+                self._walked_floors = True
                 return found
         rotating = bool(self._after)
         opened = self._sql.accounts_open(conn, self._after, ACCOUNTS_PER_CLAIM)

@@ -84,3 +84,47 @@ def test_a_claim_that_finds_nothing_from_the_floors_scans_in_full(
             {"at": datetime.now(UTC) - timedelta(hours=1), "pk": late},
         )
     assert _claims(store, 1) == [late]
+
+
+def _block_behind_a_retry(engine: sa.Engine, store: Store) -> int:
+    """An object whose head waits an hour for its retry and whose next event is due: the
+    walks find that event every time, and no claim can take it (order within the object)."""
+    at = datetime.now(UTC) - timedelta(minutes=5)
+    heads = []
+    for i in range(2):
+        body = encode(
+            build_event(
+                "payment_processing" if i == 0 else "payment_succeeded",
+                object_id="pay_blocked",
+                event_id=f"evt_blocked_{i}",
+                timestamp=at + timedelta(seconds=i),
+            )
+        )
+        inserted = store.inbox.insert(parse_event(body), body, account="acct_blocked")
+        assert inserted.pk is not None
+        heads.append(inserted.pk)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE hookledger_event SET next_attempt_at = :at WHERE id = :pk"),
+            {"at": datetime.now(UTC) + timedelta(hours=1), "pk": heads[0]},
+        )
+    return heads[1]
+
+
+def test_a_claim_that_claims_nothing_from_the_floors_scans_in_full(
+    engine: sa.Engine, store: Store
+) -> None:
+    """The floors' walks find only an event that waits behind its object's retry: that claim
+    takes nothing, so it scans in full at once; another account's first event and an event
+    below the floor are not left waiting for the floors' bounds while nothing else runs."""
+    _block_behind_a_retry(engine, store)
+    assert _claims(store, 1) == []  # a full scan: the floors are learnt
+    (other,) = _insert(store, 1, "other", account="acct_other")
+    assert _claims(store, 1) == [other]
+    (late,) = _insert(store, 1, "late", account="acct_blocked")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE hookledger_event SET next_attempt_at = :at WHERE id = :pk"),
+            {"at": datetime.now(UTC) - timedelta(hours=1), "pk": late},
+        )
+    assert _claims(store, 1) == [late]
