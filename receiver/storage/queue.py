@@ -215,9 +215,10 @@ class Queue:
             ]
         accounts = [a for a, _ in opened]
         self._after = accounts[-1] if len(accounts) == ACCOUNTS_PER_CLAIM else ""
-        self._learn_floors(now, opened, whole=not rotating and not self._after)
-        per_account = self._sql.due_of_accounts(
-            conn, self._due(now), now, self._share(scan, accounts), accounts
+        share = self._share(scan, accounts)
+        per_account = self._sql.due_of_accounts(conn, self._due(now), now, share, accounts)
+        self._learn_floors(
+            conn, now, opened, per_account, share, whole=not rotating and not self._after
         )
         return self._interleave(per_account)
 
@@ -229,26 +230,68 @@ class Queue:
         return self._floors
 
     def _learn_floors(
-        self, now: datetime, opened: list[tuple[str, datetime | None]], *, whole: bool
+        self,
+        conn: Connection,
+        now: datetime,
+        opened: list[tuple[str, datetime | None]],
+        walked: list[list[tuple[str, int, datetime | None]]],
+        share: int,
+        *,
+        whole: bool,
     ) -> None:
         """Keep each account's floor from a full scan that saw every account with open
-        events (``whole``) where the index keeps done events' entries; else none."""
+        events (``whole``) where the index keeps done events' entries; else none.
+
+        An account's earliest open event may be one no claim can take before its object's
+        head, waiting for a retry, has run (minutes or hours): a floor there would have
+        every walk read all done events since. So where the walk from the start (``walked``,
+        up to ``share`` each) begins with such events, the floor is the first other one's
+        (every one of them, if the walk read its share; the scan's time, if fewer). Those
+        events are below it once their head is done: then the next full scan finds them,
+        within the floors' bounds, as an event committed late."""
         self._floors = None
         if not (whole and opened and self._sql.open_index_keeps_done):
             return
+        waiting = self._behind_retries(conn, now, [w[0] for w in walked if w])
+        if waiting:
+            waiting |= self._behind_retries(
+                conn, now, [c for w in walked if w and w[0][1] in waiting for c in w[1:]]
+            )
         floors = {}
-        for account, first_due in opened:
+        for (account, first_due), found in zip(opened, walked, strict=True):
             if first_due is None:
                 return
-            floors[account] = min(as_utc(first_due), now) - FLOOR_MARGIN
+            floor = as_utc(first_due)
+            if found and found[0][1] in waiting:
+                free = [due_at for _, pk, due_at in found if pk not in waiting]
+                past = free[0] if free else found[-1][2] if len(found) >= share else now
+                if past is not None:
+                    floor = max(floor, as_utc(past))
+            floors[account] = min(floor, now) - FLOOR_MARGIN
         self._floors, self._floors_at, self._floor_claims = floors, now, 0
+
+    def _behind_retries(
+        self, conn: Connection, now: datetime, found: list[tuple[str, int, datetime | None]]
+    ) -> set[int]:
+        """Which of the events ``found`` wait behind their object's head, itself waiting for
+        a retry (not due before it)."""
+        if not found:
+            return set()
+        heads = self._sql.heads(conn, sorted({key for key, _, _ in found}))
+        return {
+            pk
+            for key, pk, _ in found
+            if (head := heads.get(key)) is not None
+            and int(head.id) != pk
+            and as_utc(head.next_attempt_at) > now
+        }
 
     @staticmethod
     def _share(scan: int, accounts: Sequence[str]) -> int:
         return max(2, -(-scan // max(1, len(accounts))))
 
     @staticmethod
-    def _interleave(per_account: list[list[tuple[str, int]]]) -> dict[str, int]:
+    def _interleave(per_account: list[list[tuple[str, int, datetime | None]]]) -> dict[str, int]:
         candidates: dict[str, int] = {}
         for turn in itertools.zip_longest(*per_account):
             for found in turn:

@@ -139,15 +139,16 @@ class Statements(ABC):
         share: int,
         accounts: Sequence[str],
         floors: Sequence[datetime] | None = None,
-    ) -> list[list[tuple[str, int]]]:
-        """Each of ``accounts``' up to ``share`` due events (``object_key, id``, in due order,
-        as :meth:`due_candidates`), in ``accounts`` order: here one query per account (on
+    ) -> list[list[tuple[str, int, datetime | None]]]:
+        """Each of ``accounts``' up to ``share`` due events (``object_key, id`` and, where
+        :attr:`open_index_keeps_done`, ``next_attempt_at``, else ``None``; in due order, as
+        :meth:`due_candidates`), in ``accounts`` order: here one query per account (on
         SQLite a statement is a call into the library, not a round trip). ``floors``: per
         account, where its walk starts (``next_attempt_at`` at or after it); only where
         :attr:`open_index_keeps_done`, ignored elsewhere."""
         return [
             [
-                (row.object_key, int(row.id))
+                (row.object_key, int(row.id), None)
                 for row in conn.execute(self.due_candidates(due, now, share, account))
             ]
             for account in accounts

@@ -182,7 +182,7 @@ ACCOUNTS_OPEN = text(
 #: query per account cost a round trip each: with 16 accounts per claim, a quarter of the
 #: dispatch rate).
 DUE_OF_ACCOUNTS = text(
-    "SELECT a.ord, c.object_key, c.id FROM unnest(CAST(:accounts AS text[]),"
+    "SELECT a.ord, c.object_key, c.id, c.next_attempt_at FROM unnest(CAST(:accounts AS text[]),"
     " CAST(:floors AS timestamptz[])) WITH ORDINALITY AS a(account, floor, ord)"
     " CROSS JOIN LATERAL (SELECT e.id, e.object_key, e.next_attempt_at FROM hookledger_event AS e"
     " WHERE e.account = a.account AND e.status IN ('pending', 'processing')"
@@ -419,8 +419,8 @@ class PostgreSQLStatements(Statements):
         share: int,
         accounts: Sequence[str],
         floors: Sequence[datetime] | None = None,
-    ) -> list[list[tuple[str, int]]]:
-        found: list[list[tuple[str, int]]] = [[] for _ in accounts]
+    ) -> list[list[tuple[str, int, datetime | None]]]:
+        found: list[list[tuple[str, int, datetime | None]]] = [[] for _ in accounts]
         params = {
             "accounts": list(accounts),
             "floors": list(floors) if floors is not None else [None] * len(accounts),
@@ -428,8 +428,8 @@ class PostgreSQLStatements(Statements):
             "share": share,
         }
         rows = conn.execute(DUE_OF_ACCOUNTS, params)
-        for ord_, object_key, pk in rows:
-            found[int(ord_) - 1].append((object_key, int(pk)))
+        for ord_, object_key, pk, due_at in rows:
+            found[int(ord_) - 1].append((object_key, int(pk), due_at))
         return found
 
     def due_candidates(self, due: Any, now: datetime, scan: int, account: str) -> Any:

@@ -128,3 +128,35 @@ def test_a_claim_that_claims_nothing_from_the_floors_scans_in_full(
             {"at": datetime.now(UTC) - timedelta(hours=1), "pk": late},
         )
     assert _claims(store, 1) == [late]
+
+
+def test_an_event_behind_its_objects_retry_is_claimed_once_its_head_is_done(
+    engine: sa.Engine, store: Store
+) -> None:
+    """The floors start past an object's later event that waits behind its head's retry
+    (else every walk reads all done events since, :mod:`test_dispatch_plans`); once the
+    head has run, that event is below the floor and claimed within the floors' bounds."""
+    follower = _block_behind_a_retry(engine, store)
+    _insert(store, FLOOR_CLAIMS + 8, "flood", account="acct_blocked")
+    assert len(_claims(store, 1)) == 1  # a full scan: the floors are learnt
+    with engine.begin() as conn:
+        (head,) = conn.execute(
+            sa.text(
+                "UPDATE hookledger_event SET next_attempt_at = :at WHERE event_id ="
+                " 'evt_blocked_0' RETURNING id"
+            ),
+            {"at": datetime.now(UTC)},
+        ).one()
+    assert head in _claims(store, 2)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE hookledger_event SET status = 'done' WHERE id = :pk"), {"pk": head}
+        )
+        conn.execute(
+            sa.text(
+                "DELETE FROM hookledger_object_lease WHERE object_key ="
+                " (SELECT object_key FROM hookledger_event WHERE id = :pk)"
+            ),
+            {"pk": head},
+        )
+    assert follower in _claims(store, FLOOR_CLAIMS + 1)

@@ -349,8 +349,39 @@ def _pages(engine: sa.Engine, index: str, statement: str, params: dict[str, Any]
     )
 
 
+def _wait_behind_a_retry(engine: sa.Engine, store: Store) -> None:
+    """An object whose head waits an hour for its retry, and whose next event has been due
+    since before the done history: the account's earliest open event, which no claim can
+    take until the head has run."""
+    at = datetime.now(UTC) - timedelta(hours=3)
+    pks = []
+    for i in range(2):
+        body = encode(
+            build_event(
+                "payment_processing" if i == 0 else "payment_succeeded",
+                object_id="pay_behind_retry",
+                event_id=f"evt_behind_retry_{i}",
+                timestamp=at + timedelta(seconds=i),
+            )
+        )
+        pks.append(store.inbox.insert(parse_event(body), body).pk)
+    with engine.begin() as conn:
+        for pk, due in zip(pks, ("1 hour", "-2 hours"), strict=True):
+            conn.execute(
+                sa.text(
+                    "UPDATE hookledger_event SET next_attempt_at = now() + CAST(:due AS interval)"
+                    " WHERE id = :pk"
+                ),
+                {"due": due, "pk": pk},
+            )
+
+
+@pytest.mark.parametrize("behind_retry", [False, True], ids=["", "an-event-behind-a-retry"])
 def test_claims_walk_the_open_events_index_from_past_the_done_history(
-    engine: sa.Engine, store: Store, captured: list[tuple[str, dict[str, Any]]]
+    engine: sa.Engine,
+    store: Store,
+    captured: list[tuple[str, dict[str, Any]]],
+    behind_retry: bool,
 ) -> None:
     """Issue 29, item 6: an event done by the worker leaves its entry in the index over open
     events (a dead row version, until a vacuum), at the low end where every walk in due
@@ -358,10 +389,14 @@ def test_claims_walk_the_open_events_index_from_past_the_done_history(
     their due events read every event the worker had ever finished (at 100,000 done events
     about 1,500 pages a claim, a third of the dispatch rate). A full scan now learns where
     each account's open events begin, and the next claims (for up to a second, up to 32 of
-    them) walk from there."""
+    them) walk from there. ``behind_retry``: the account's earliest open event waits behind
+    its object's head's retry (a failing payment with a later event, a shop has some): the
+    floor starts past it, not there (where the walk read every event done since)."""
     no_statistics(engine, TABLES)
     registry = Registry()
     registry.on_any(name="bench.noop")(lambda event: None)
+    if behind_retry:
+        _wait_behind_a_retry(engine, store)
     _fill_done_history(engine, DONE_BY_WORKER)
     with engine.connect() as conn:
         size = conn.execute(
