@@ -115,7 +115,8 @@ def list_cmd(limit: int, as_json: bool) -> None:
 def move_cmd(as_json: bool) -> None:
     """Move the webhooks waiting in the intake into the inbox now (a worker does it before
     each claim): then events, object, the order search and replay show them. Exit 5 when
-    the database's lock stays held past the busy timeout, 1 when the intake cannot be read."""
+    the database's lock stays held past the busy timeout, 1 when the intake cannot be read
+    or webhooks are left in it (arrived meanwhile, or refused by the inbox), ``--json`` too."""
     engine = checked_engine()
     store = app_state().store
     path = path_of(engine)
@@ -145,6 +146,8 @@ def move_cmd(as_json: bool) -> None:
     left = sum(found.count for found in waiting.values())
     if as_json:
         click.echo(json.dumps({"intake": path, "moved": moved, "left": left}))
+        if left:
+            sys.exit(EXIT_PROBLEM)
         return
     click.echo(f"{moved} webhook(s) moved from the intake into the inbox; {left} left")
     if left:

@@ -86,3 +86,22 @@ def test_intake_move_exits_5_while_another_writer_keeps_the_lock(make_app: AppFa
     assert moved.exit_code == 5, moved.output
     assert "nothing moved" in moved.output
     assert "2 webhook(s) in the intake" in cli.invoke(args=["hookledger", "intake", "list"]).output
+
+
+def test_intake_move_exits_1_when_webhooks_are_left_json_or_not(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Webhooks left in the intake after a move (refused by the inbox, or arrived meanwhile):
+    exit 1, as the README's table says, with ``--json`` too (a script reads the code)."""
+    app, _ = _staged(make_app)
+    monkeypatch.setattr(WebhookReceiver.state(app).store.inbox, "move_intake", lambda: 0)
+    cli = app.test_cli_runner()  # type: ignore[attr-defined]
+    text = cli.invoke(args=["hookledger", "intake", "move"])
+    assert text.exit_code == 1, text.output
+    as_json = cli.invoke(args=["hookledger", "intake", "move", "--json"])
+    assert as_json.exit_code == 1, as_json.output
+    assert json.loads(as_json.stdout) == {
+        "intake": json.loads(as_json.stdout)["intake"],
+        "moved": 0,
+        "left": 2,
+    }
