@@ -20,7 +20,6 @@ from flask.cli import with_appcontext
 
 from receiver.cli.common import EXIT_DATABASE, EXIT_PROBLEM, describe_error, read_only
 from receiver.cli.context import app_state, checked_engine, fail
-from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import utcnow
 from receiver.core.errors import StorageUnavailable
 from receiver.storage.intake import IntakeUnreadable, path_of, read_figures, read_waiting
@@ -98,10 +97,10 @@ def list_cmd(limit: int, as_json: bool) -> None:
         )
         return
     for r in rows:
-        whose = "" if r["account"] == DEFAULT_ACCOUNT else f"{r['account']}/"
+        # The object key names its account outside the default one (``eu/payment:pay_1``).
         note = " (conflict: stored before with another body)" if r["answer"] == "conflict" else ""
         click.echo(
-            f"@{r['intake_id']} {r['event_id']} {r['event_type']} {whose}{r['object']} "
+            f"@{r['intake_id']} {r['event_id']} {r['event_type']} {r['object']} "
             f"{r['source']} {r['age_seconds']:.0f} s ago{note}"
         )
     shown = f" (the first {len(rows)} shown)" if len(rows) < count else ""

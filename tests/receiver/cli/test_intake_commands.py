@@ -105,3 +105,21 @@ def test_intake_move_exits_1_when_webhooks_are_left_json_or_not(
         "moved": 0,
         "left": 2,
     }
+
+
+def test_intake_list_names_another_accounts_object_once(make_app: AppFactory) -> None:
+    """An object key carries its account (``eu/payment:pay_1``) outside the default one: the
+    list shows that key as it is (it showed ``eu/eu/payment:pay_1``)."""
+    accounts = {"eu": {"merchant_id": "merchant_eu", "secrets": "k1:whsec_eu_0123456789abcdef"}}
+    app, _ = make_app(sqlite_busy_timeout=1, secrets="", accounts=json.dumps(accounts))
+    database = Path(str(WebhookReceiver.state(app).store.engine.url.database))
+    client = WebhookTestClient(app)
+    with another_process_holds_the_lock(database):
+        answer = client.send(
+            "payment_succeeded", event_id="evt_eu_1", object_id="pay_eu_1", account="eu"
+        )
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+    listed = app.test_cli_runner().invoke(args=["hookledger", "intake", "list"])  # type: ignore[attr-defined]
+    assert listed.exit_code == 0, listed.output
+    assert " eu/payment:pay_eu_1 " in listed.output, listed.output
+    assert "eu/eu/" not in listed.output, listed.output
