@@ -19,6 +19,7 @@ held the lock for longer than that, rather than waiting it out (see
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
@@ -27,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 #: How often a waiting writer tries the lock again (seconds).
 POLL_SECONDS = 0.0005
@@ -34,6 +36,72 @@ POLL_SECONDS = 0.0005
 #: The holder's stamp: the wall-clock time it took the lock (a double; 0: nobody stamped).
 _STAMP = struct.Struct("<d")
 _NO_STAMP = bytes(_STAMP.size)
+
+
+def _libc_holding_the_gil() -> Any:
+    """libc, its functions called *without* releasing the GIL (``ctypes.PyDLL``), or ``None``
+    where that is not to be had.
+
+    A lock's holder makes a few system calls inside its critical section (its stamp, the
+    intake's lock, the intake's file looked for, the release). Python's own ``os.pwrite``,
+    ``os.stat`` and ``fcntl.flock`` release the GIL around each, and in a web process whose
+    other threads are busy the holder then waits for the GIL to come back, up to the
+    interpreter's switch interval (5 ms) each time, while every other process's writers
+    wait for the lock it holds. These calls never block (``LOCK_NB`` or ``LOCK_UN``, 8 bytes
+    into the page cache, a file looked up), so they keep the GIL instead."""
+    try:
+        libc = ctypes.PyDLL(None, use_errno=True)
+        libc.flock.argtypes = (ctypes.c_int, ctypes.c_int)
+        libc.flock.restype = ctypes.c_int
+        libc.pwrite.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long)
+        libc.pwrite.restype = ctypes.c_ssize_t
+        libc.access.argtypes = (ctypes.c_char_p, ctypes.c_int)
+        libc.access.restype = ctypes.c_int
+    except (OSError, AttributeError):  # pragma: no cover - no such libc
+        return None
+    return libc
+
+
+_LIBC = _libc_holding_the_gil()
+
+
+def _check(result: int) -> bool:
+    """Whether a libc call that returned ``result`` is to be made again (interrupted);
+    ``OSError`` for a failure."""
+    if result >= 0:
+        return False
+    code = ctypes.get_errno()
+    if code == errno.EINTR:
+        return True
+    raise OSError(code, os.strerror(code))
+
+
+def _flock(fd: int, operation: int) -> None:
+    """``fcntl.flock(fd, operation)``, never blocking (``LOCK_NB`` or ``LOCK_UN``), keeping
+    the GIL; ``OSError`` as ``fcntl.flock`` raises it."""
+    if _LIBC is None:  # pragma: no cover
+        fcntl.flock(fd, operation)
+        return
+    while _check(_LIBC.flock(fd, operation)):
+        pass
+
+
+def _pwrite(fd: int, data: bytes) -> None:
+    """``os.pwrite(fd, data, 0)`` (a few bytes), keeping the GIL."""
+    if _LIBC is None:  # pragma: no cover
+        os.pwrite(fd, data, 0)
+        return
+    while _check(_LIBC.pwrite(fd, data, len(data), 0)):
+        pass
+
+
+def exists(path: str) -> bool:
+    """Whether there is a file at ``path``, keeping the GIL (a caller holding a lock: see
+    :func:`_libc_holding_the_gil`)."""
+    encoded = os.fsencode(path)
+    if _LIBC is None or b"\0" in encoded:  # pragma: no cover
+        return os.path.exists(path)
+    return bool(_LIBC.access(encoded, os.F_OK) == 0)
 
 
 class HeldTooLong(TimeoutError):
@@ -45,8 +113,12 @@ class WritersLock:
     same path. A process that forks gets its own open file (an inherited one would be shared
     with the parent, and ``flock`` would then not exclude the two)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, stamped: bool = True) -> None:
+        """``stamped``: the holder writes the time it took the lock into the file (for a
+        waiter's ``patience``); a lock no waiter ever judges (the intake's) does without,
+        two writes fewer per hold."""
         self.path = path
+        self.stamped = stamped
         self._fd: int | None = None
         self._pid = os.getpid()
         self._threads = threading.Lock()
@@ -73,6 +145,8 @@ class WritersLock:
         ``timeout`` seconds. With ``patience``: :class:`HeldTooLong` (a ``TimeoutError``) as
         soon as the process holding it has held it for longer than ``patience`` seconds, or
         another thread of this one has kept it from us for that long."""
+        if patience is not None and not self.stamped:
+            raise ValueError("patience needs a stamped lock (its holder's time)")
         deadline = time.monotonic() + timeout
         self._after_fork()
         wait = timeout if patience is None else min(timeout, patience)
@@ -84,7 +158,7 @@ class WritersLock:
             fd = self._file()
             while True:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except OSError as exc:
                     if exc.errno not in (errno.EAGAIN, errno.EACCES):
@@ -94,14 +168,20 @@ class WritersLock:
                 if time.monotonic() >= deadline:
                     raise TimeoutError("another process held the writers' lock too long")
                 time.sleep(POLL_SECONDS)
+            if not self.stamped:
+                try:
+                    yield
+                finally:
+                    _flock(fd, fcntl.LOCK_UN)
+                return
             try:
-                os.pwrite(fd, _STAMP.pack(time.time()), 0)
+                _pwrite(fd, _STAMP.pack(time.time()))
                 yield
             finally:
                 try:
-                    os.pwrite(fd, _NO_STAMP, 0)
+                    _pwrite(fd, _NO_STAMP)
                 finally:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    _flock(fd, fcntl.LOCK_UN)
         finally:
             self._threads.release()
 

@@ -49,11 +49,14 @@ class _Held:
     """A thread's connection, and the process that opened it (weakly referenced by the
     registry: a thread that ends drops it, and the driver closes it when collected)."""
 
-    __slots__ = ("conn", "pid", "__weakref__")
+    __slots__ = ("conn", "pid", "busy_ms", "__weakref__")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.pid = os.getpid()
+        #: SQLite: the ``busy_timeout`` this connection was last given by
+        #: :meth:`HeldConnections.transaction` (``None``: the engine's, unknown here).
+        self.busy_ms: int | None = None
 
 
 class HeldConnections:
@@ -111,12 +114,17 @@ class HeldConnections:
         ``work`` raises, as it is. SQLite: ``busy_ms``, how long to wait for the database's
         write lock (the connection keeps it for its next transactions); ``immediate``: take
         the lock at ``BEGIN``."""
-        conn = self._connection()
+        held = self._held_one()
+        conn = held.conn
         statement = "BEGIN"
         try:
-            if busy_ms is not None:
+            if busy_ms is not None and held.busy_ms != busy_ms:
+                # Said once per connection and value (a connection keeps it), not per
+                # transaction: one statement fewer for each of the receive path's writes.
                 statement = "PRAGMA busy_timeout"
+                held.busy_ms = None
                 conn.execute(f"PRAGMA busy_timeout={int(busy_ms):d}")
+                held.busy_ms = busy_ms
                 statement = "BEGIN"
             conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             statement = "(the transaction's statements)"
@@ -167,9 +175,13 @@ class HeldConnections:
                 pass
 
     def _connection(self) -> Any:
+        return self._held_one().conn
+
+    def _held_one(self) -> _Held:
+        """This thread's connection (opened if need be) and what is known of it."""
         held: _Held | None = getattr(self._local, "held", None)
         if held is not None and held.pid == os.getpid() and held in self._held:
-            return held.conn  # not closed by :meth:`close` or forgotten meanwhile
+            return held  # not closed by :meth:`close` or forgotten meanwhile
         # The engine makes it (connect arguments, ``connect`` events); it then leaves the
         # pool, which neither counts nor resets it.
         try:
@@ -185,7 +197,7 @@ class HeldConnections:
         held = self._local.held = _Held(conn)
         with self._lock:
             self._held.add(held)
-        return conn
+        return held
 
     def _forget(self, conn: Any) -> None:
         held: _Held | None = getattr(self._local, "held", None)

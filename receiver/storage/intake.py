@@ -58,6 +58,7 @@ from sqlalchemy import URL, Engine
 from sqlalchemy.exc import DBAPIError
 
 from receiver.core.errors import StorageBusy, StorageUnavailable
+from receiver.storage import filelock
 from receiver.storage.context import is_busy
 from receiver.storage.database import make_engine
 from receiver.storage.filelock import WritersLock
@@ -192,7 +193,8 @@ class Intake:
         self._refused = False
         #: The file this process has open (device, inode), to tell when the path's changed.
         self._identity: tuple[int, int] | None = None
-        self._lock = WritersLock(path + LOCK_SUFFIX)
+        # Nobody judges how long the intake's lock is held (no ``patience``): no stamps.
+        self._lock = WritersLock(path + LOCK_SUFFIX, stamped=False)
         self._guard = threading.Lock()
         self._engine: Engine | None = None
         self._held: HeldConnections | None = None
@@ -203,7 +205,9 @@ class Intake:
 
     def exists(self) -> bool:
         """Whether the file is there (nothing was ever staged otherwise: nothing to read)."""
-        return self._held is not None or os.path.exists(self.path)
+        # (Asked under the intake's lock, inside the database's transaction: see
+        # :func:`receiver.storage.filelock.exists`.)
+        return self._held is not None or filelock.exists(self.path)
 
     def replaced(self) -> bool:
         """Whether the file this process has open is no longer the one at the path (deleted

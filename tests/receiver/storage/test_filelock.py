@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import multiprocessing
 import os
 import time
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from receiver.storage import filelock
 from receiver.storage.filelock import WritersLock
 
 
@@ -94,3 +97,44 @@ def test_an_unopenable_lock_file_is_an_os_error(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         with lock.hold(timeout=0.1):
             pass
+
+
+def test_an_unstamped_lock_writes_nothing_and_takes_no_patience(tmp_path: Path) -> None:
+    path = tmp_path / "intake-hookledger-writers"
+    lock = WritersLock(str(path), stamped=False)
+    with lock.hold(timeout=1):
+        assert path.read_bytes() == b""
+        # It still excludes another process's (or another lock object's) holder.
+        with pytest.raises(TimeoutError):
+            with WritersLock(str(path)).hold(timeout=0.05):
+                pytest.fail("entered while the unstamped lock was held")
+    assert path.read_bytes() == b""
+    with pytest.raises(ValueError):
+        with lock.hold(timeout=1, patience=0.04):
+            pytest.fail("patience without a stamp")
+
+
+def test_the_calls_that_keep_the_gil_fail_as_pythons_own(tmp_path: Path) -> None:
+    # (flock, pwrite and the file lookup made through libc without releasing the GIL.)
+    with pytest.raises(OSError) as caught:
+        filelock._flock(987_654, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert caught.value.errno == errno.EBADF
+    with pytest.raises(OSError) as caught:
+        filelock._pwrite(987_654, b"x")
+    assert caught.value.errno == errno.EBADF
+    assert filelock.exists(str(tmp_path)) and not filelock.exists(str(tmp_path / "none"))
+    assert not filelock.exists(str(tmp_path) + "\0x")
+    path = tmp_path / "lock"
+    first, second = (os.open(path, os.O_RDWR | os.O_CREAT) for _ in range(2))
+    try:
+        filelock._flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(OSError) as caught:
+            filelock._flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert caught.value.errno in (errno.EAGAIN, errno.EACCES)
+        filelock._pwrite(first, b"12345678")
+        assert path.read_bytes() == b"12345678"
+        filelock._flock(first, fcntl.LOCK_UN)
+        filelock._flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(first)
+        os.close(second)

@@ -132,3 +132,32 @@ def test_sqlite_a_locked_database_is_an_outage(
         assert held.transaction(lambda c: c.execute("INSERT INTO t VALUES (1)").rowcount) == 1
     finally:
         quick.dispose()
+
+
+def test_sqlite_the_busy_timeout_is_said_once_per_connection_and_value(
+    engine: sa.Engine, sqlite_held: HeldConnections
+) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    said: list[str] = []
+    sqlite_held.transaction(lambda c: c.set_trace_callback(said.append))
+    for k, busy_ms in enumerate((40, 40, 40, 5000, 40), start=1):
+        sqlite_held.transaction(
+            lambda c, k=k: c.execute("INSERT INTO t VALUES (?)", (k,)), busy_ms=busy_ms
+        )
+        (conn,) = sqlite_held.connections()
+        assert conn.execute("PRAGMA busy_timeout").fetchone() == (busy_ms,)
+    pragmas = [s for s in said if s.startswith("PRAGMA busy_timeout=")]
+    assert pragmas == [
+        "PRAGMA busy_timeout=40",
+        "PRAGMA busy_timeout=5000",
+        "PRAGMA busy_timeout=40",
+    ]
+    # A connection replaced (closed with the engine) is told again.
+    engine.dispose()
+    said.clear()
+    sqlite_held.transaction(lambda c: c.set_trace_callback(said.append))
+    sqlite_held.transaction(lambda c: c.execute("INSERT INTO t VALUES (9)"), busy_ms=40)
+    (conn,) = sqlite_held.connections()
+    assert conn.execute("PRAGMA busy_timeout").fetchone() == (40,)
+    assert "PRAGMA busy_timeout=40" in said
