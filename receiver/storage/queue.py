@@ -81,6 +81,9 @@ class Queue:
         self._floors: dict[str, datetime] | None = None
         self._floors_at = datetime.min
         self._floor_claims = 0
+        #: How many of ``_floors``' accounts had open events at that scan (the others had
+        #: none: their walks' share is not taken from theirs).
+        self._floors_open = 0
         #: Whether the last :meth:`_candidates` came from the floors' walks only.
         self._walked_floors = False
 
@@ -139,7 +142,7 @@ class Queue:
                 # later event behind its head's retry, others' leases): that is finding
                 # nothing, so this claim scans in full (an account's first event, an event
                 # below its floor) rather than leave them for the floors' bounds.
-                self._floors = None
+                self._floor_claims = FLOOR_CLAIMS  # the floors are spent: scan in full
                 candidates = self._candidates(conn, now, scan)
                 claimed = self._claim_of(conn, candidates, owner, now, expires, limit)
         return claimed
@@ -196,7 +199,7 @@ class Queue:
                     conn,
                     self._due(now),
                     now,
-                    self._share(scan, accounts),
+                    self._share(scan, self._floors_open),
                     accounts,
                     [floors[a] for a in accounts],
                 )
@@ -215,7 +218,7 @@ class Queue:
             ]
         accounts = [a for a, _ in opened]
         self._after = accounts[-1] if len(accounts) == ACCOUNTS_PER_CLAIM else ""
-        share = self._share(scan, accounts)
+        share = self._share(scan, len(accounts))
         per_account = self._sql.due_of_accounts(conn, self._due(now), now, share, accounts)
         self._learn_floors(
             conn, now, opened, per_account, share, whole=not rotating and not self._after
@@ -249,7 +252,7 @@ class Queue:
         (every one of them, if the walk read its share; the scan's time, if fewer). Those
         events are below it once their head is done: then the next full scan finds them,
         within the floors' bounds, as an event committed late."""
-        self._floors = None
+        seen_before, self._floors = self._floors or {}, None
         if not (whole and opened and self._sql.open_index_keeps_done):
             return
         waiting = self._behind_retries(conn, now, [w[0] for w in walked if w])
@@ -268,6 +271,16 @@ class Queue:
                 if past is not None:
                     floor = max(floor, as_utc(past))
             floors[account] = min(floor, now) - FLOOR_MARGIN
+        # The accounts an earlier scan saw with open events and this one without: their
+        # next event is new, due from about its arrival, so their walks start at this scan
+        # (an account whose events come one at a time is not left for the floors' bounds,
+        # up to a second each, while another account floods the queue).
+        self._floors_open = len(floors)
+        for account in seen_before:
+            if len(floors) >= ACCOUNTS_PER_CLAIM:
+                break
+            floors.setdefault(account, now - FLOOR_MARGIN)
+        floors = dict(sorted(floors.items()))  # in account order, as a full scan takes turns
         self._floors, self._floors_at, self._floor_claims = floors, now, 0
 
     def _behind_retries(
@@ -287,8 +300,8 @@ class Queue:
         }
 
     @staticmethod
-    def _share(scan: int, accounts: Sequence[str]) -> int:
-        return max(2, -(-scan // max(1, len(accounts))))
+    def _share(scan: int, accounts: int) -> int:
+        return max(2, -(-scan // max(1, accounts)))
 
     @staticmethod
     def _interleave(per_account: list[list[tuple[str, int, datetime | None]]]) -> dict[str, int]:
