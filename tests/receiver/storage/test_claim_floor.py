@@ -200,3 +200,21 @@ def test_an_account_whose_events_come_one_at_a_time_is_walked_from_the_floors(
             assert not any(s.lstrip().startswith("WITH RECURSIVE") for s in statements)
     finally:
         sa.event.remove(engine, "before_cursor_execute", hook)
+
+
+@pytest.mark.parametrize("step", [timedelta(hours=-1), timedelta(seconds=-0.5), timedelta(hours=1)])
+def test_a_clock_moved_back_or_forward_strands_nothing(
+    engine: sa.Engine, store: Store, step: timedelta
+) -> None:
+    """The worker's clock steps (NTP, a VM resumed) after the floors were learnt: a floor
+    learnt in the future or in the past is not used, and an event stored at the new time,
+    in another account, is claimed at the next claim."""
+    from freezegun import freeze_time
+
+    start = datetime.now(UTC)
+    with freeze_time(start) as clock:
+        _insert(store, FLOOR_CLAIMS * 2, "flood")
+        assert len(_claims(store, 1)) == 1  # a full scan: the floors are learnt
+        clock.move_to(start + step)
+        (other,) = _insert(store, 1, "other", account="acct_b")
+        assert _claims(store, 1) == [other]
