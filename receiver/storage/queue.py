@@ -245,13 +245,15 @@ class Queue:
         """Keep each account's floor from a full scan that saw every account with open
         events (``whole``) where the index keeps done events' entries; else none.
 
-        An account's earliest open event may be one no claim can take before its object's
-        head, waiting for a retry, has run (minutes or hours): a floor there would have
-        every walk read all done events since. So where the walk from the start (``walked``,
-        up to ``share`` each) begins with such events, the floor is the first other one's
-        (every one of them, if the walk read its share; the scan's time, if fewer). Those
-        events are below it once their head is done: then the next full scan finds them,
-        within the floors' bounds, as an event committed late."""
+        An account's earliest open event may be one no claim can take for long: in a slow
+        handler's hands (leased), or behind its object's head, waiting for a retry (minutes
+        or hours). A floor there would have every walk read all done events since. So the
+        floor is the first event the walk from the start (``walked``, up to ``share`` each:
+        due, not leased) found that is not behind a retry (past every one of them, if the
+        walk read its share; the scan's time, if it found fewer). The events below it come
+        back only when a worker dies or gives its events back (a lease that expires or is
+        released) or when their head is done: then a full scan finds them, within the
+        floors' bounds, as an event committed late."""
         seen_before, self._floors = self._floors or {}, None
         if not (whole and opened and self._sql.open_index_keeps_done):
             return
@@ -265,11 +267,10 @@ class Queue:
             if first_due is None:
                 return
             floor = as_utc(first_due)
-            if found and found[0][1] in waiting:
-                free = [due_at for _, pk, due_at in found if pk not in waiting]
-                past = free[0] if free else found[-1][2] if len(found) >= share else now
-                if past is not None:
-                    floor = max(floor, as_utc(past))
+            free = [due_at for _, pk, due_at in found if pk not in waiting]
+            past = free[0] if free else found[-1][2] if len(found) >= share else now
+            if past is not None:
+                floor = max(floor, as_utc(past))
             floors[account] = min(floor, now) - FLOOR_MARGIN
         # The accounts an earlier scan saw with open events and this one without: their
         # next event is new, due from about its arrival, so their walks start at this scan

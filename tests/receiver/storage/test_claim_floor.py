@@ -218,3 +218,39 @@ def test_a_clock_moved_back_or_forward_strands_nothing(
         clock.move_to(start + step)
         (other,) = _insert(store, 1, "other", account="acct_b")
         assert _claims(store, 1) == [other]
+
+
+@pytest.mark.parametrize("how", ["lease-expired", "released"])
+def test_an_event_a_worker_lost_or_gave_back_is_claimed_within_the_floors_bounds(
+    engine: sa.Engine, store: Store, how: str
+) -> None:
+    """An event in a worker's hands at a full scan is below the floors it learns (a slow
+    handler's event must not hold them at its time); when that worker dies (its lease
+    expires) or gives it back (a graceful stop), it is claimed within the floors' bounds,
+    while other events keep the claims busy."""
+    (early,) = _insert(store, 1, "early")
+    with engine.begin() as conn:  # due for an hour: far below the floors to come
+        conn.execute(
+            sa.text("UPDATE hookledger_event SET next_attempt_at = :at WHERE id = :pk"),
+            {"at": datetime.now(UTC) - timedelta(hours=1), "pk": early},
+        )
+    (lost,) = store.queue.claim_batch("lost-worker", 60, limit=1)
+    assert lost.pk == early
+    _insert(store, 2 * FLOOR_CLAIMS + 8, "flood")
+    assert len(_claims(store, FLOOR_CLAIMS + 1)) == FLOOR_CLAIMS + 1  # a full scan meanwhile
+    if how == "released":
+        store.queue.release(lost)
+    else:
+        with engine.begin() as conn:
+            past = {"at": datetime.now(UTC) - timedelta(seconds=1), "pk": early}
+            conn.execute(
+                sa.text("UPDATE hookledger_event SET lease_expires_at = :at WHERE id = :pk"), past
+            )
+            conn.execute(
+                sa.text(
+                    "UPDATE hookledger_object_lease SET expires_at = :at WHERE object_key ="
+                    " (SELECT object_key FROM hookledger_event WHERE id = :pk)"
+                ),
+                past,
+            )
+    assert early in _claims(store, FLOOR_CLAIMS + 1)

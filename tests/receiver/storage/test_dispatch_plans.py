@@ -376,12 +376,30 @@ def _wait_behind_a_retry(engine: sa.Engine, store: Store) -> None:
             )
 
 
-@pytest.mark.parametrize("behind_retry", [False, True], ids=["", "an-event-behind-a-retry"])
+def _in_flight_since_before(engine: sa.Engine, store: Store) -> None:
+    """An event another worker's handler has run since before the done history (a slow
+    carrier call; its lease renewed): open, and no claim can take it meanwhile."""
+    body = encode(build_event("payment_succeeded", object_id="pay_slow", event_id="evt_slow"))
+    pk = store.inbox.insert(parse_event(body), body).pk
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE hookledger_event SET status = 'processing', attempts = 1,"
+                " lease_owner = 'slow-worker', lease_expires_at = now() + interval '1 hour',"
+                " next_attempt_at = now() - interval '2 hours' WHERE id = :pk"
+            ),
+            {"pk": pk},
+        )
+
+
+@pytest.mark.parametrize(
+    "early", ["", "an-event-behind-a-retry", "an-event-in-flight"], ids=lambda e: e
+)
 def test_claims_walk_the_open_events_index_from_past_the_done_history(
     engine: sa.Engine,
     store: Store,
     captured: list[tuple[str, dict[str, Any]]],
-    behind_retry: bool,
+    early: str,
 ) -> None:
     """Issue 29, item 6: an event done by the worker leaves its entry in the index over open
     events (a dead row version, until a vacuum), at the low end where every walk in due
@@ -389,14 +407,17 @@ def test_claims_walk_the_open_events_index_from_past_the_done_history(
     their due events read every event the worker had ever finished (at 100,000 done events
     about 1,500 pages a claim, a third of the dispatch rate). A full scan now learns where
     each account's open events begin, and the next claims (for up to a second, up to 32 of
-    them) walk from there. ``behind_retry``: the account's earliest open event waits behind
-    its object's head's retry (a failing payment with a later event, a shop has some): the
-    floor starts past it, not there (where the walk read every event done since)."""
+    them) walk from there. ``early``: the account's earliest open event waits behind its
+    object's head's retry (a failing payment with a later event, a shop has some), or is in
+    a slow handler's hands: the floor starts past it, not there (where the walk read every
+    event done since)."""
     no_statistics(engine, TABLES)
     registry = Registry()
     registry.on_any(name="bench.noop")(lambda event: None)
-    if behind_retry:
+    if early == "an-event-behind-a-retry":
         _wait_behind_a_retry(engine, store)
+    elif early == "an-event-in-flight":
+        _in_flight_since_before(engine, store)
     _fill_done_history(engine, DONE_BY_WORKER)
     with engine.connect() as conn:
         size = conn.execute(
