@@ -187,8 +187,8 @@ class Queue:
         or comes after those bounds, scans in full: an account that got its first open
         event, or an event committed late with an earlier time, waits at most that long
         behind the others (order within an object is kept by the heads, whatever the
-        walk found). With more accounts than a claim takes turns between, every claim
-        scans in full."""
+        walk found). With as many accounts with open events as a claim takes turns
+        between, or more, every claim scans in full."""
         floors = self._floors_in_use(now)
         self._walked_floors = False
         if floors:
