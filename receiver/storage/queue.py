@@ -180,14 +180,15 @@ class Queue:
         (a dead row version) until a vacuum, at the index's low end, where every walk in
         due order starts: with autovacuum behind, each claim read the whole done history
         (issue 29, item 6). So a full scan (the accounts' skip scan and their walks from
-        the start) also learns each account's floor, its earliest open event's
-        ``next_attempt_at`` (or the scan's time, if earlier) less :data:`FLOOR_MARGIN`,
-        and the next claims, for up to :data:`FLOOR_LIFETIME` and :data:`FLOOR_CLAIMS`,
-        walk those accounts from their floors only. A claim that takes nothing that way,
-        or comes after those bounds, scans in full: an account that got its first open
-        event, or an event committed late with an earlier time, waits at most that long
-        behind the others (order within an object is kept by the heads, whatever the
-        walk found). With as many accounts with open events as a claim takes turns
+        the start) also learns each account's floor, where the events a claim can take
+        begin (see :meth:`_learn_floors`) less :data:`FLOOR_MARGIN`, and the next claims,
+        for up to :data:`FLOOR_LIFETIME` and :data:`FLOOR_CLAIMS`, walk those accounts from
+        their floors only (and the accounts an earlier full scan saw, from this one's
+        time). A claim that takes nothing that way, or comes after those bounds, scans in
+        full: an account that got its first open event, an event committed late with an
+        earlier time, or one below the floor that a worker lost or gave back, waits at
+        most that long behind the others (order within an object is kept by the heads,
+        whatever the walk found). With as many accounts with open events as a claim takes turns
         between, or more, every claim scans in full."""
         floors = self._floors_in_use(now)
         self._walked_floors = False
