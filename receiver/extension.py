@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -116,15 +117,24 @@ class WebhookReceiver:
 
         store = build_store(engine)
 
+        worker_stores: dict[float, Store] = {}
+        worker_stores_lock = threading.Lock()
+
         def worker_store(lease_seconds: float) -> Store:
             """PostgreSQL: the worker's own engine, every wait under its bounds
-            (:mod:`receiver.storage.bounds`); SQLite: the app's store (its busy timeout
-            bounds every wait)."""
+            (:mod:`receiver.storage.bounds`), one per lease for the app's life (each call
+            made a new engine, whose connections stayed open until the garbage collector
+            found it: one more server connection per ``worker`` command run in-process);
+            SQLite: the app's store (its busy timeout bounds every wait)."""
             if db.is_sqlite(engine):
                 return store
-            return build_store(
-                db.make_engine(settings.database_url, bounds=settings.bounds(lease_seconds))
-            )
+            with worker_stores_lock:
+                made = worker_stores.get(lease_seconds)
+                if made is None:
+                    made = worker_stores[lease_seconds] = build_store(
+                        db.make_engine(settings.database_url, bounds=settings.bounds(lease_seconds))
+                    )
+                return made
 
         if click.get_current_context(silent=True) is None:  # a web process, not a command
             settings.data.warn(f"hookledger ({app.name})")  # (the worker warns for itself)

@@ -147,47 +147,51 @@ def worker_cmd(
         batch_size=batch_size,
     )
     worker.heartbeat = not burst
+    try:
 
-    def _stop(signum: int, _frame: Any) -> None:
-        logging.getLogger("receiver.worker").info(
-            "signal %d: finishing the current event", signum, extra={"action": "worker_signal"}
-        )
-        worker.stop()
+        def _stop(signum: int, _frame: Any) -> None:
+            logging.getLogger("receiver.worker").info(
+                "signal %d: finishing the current event", signum, extra={"action": "worker_signal"}
+            )
+            worker.stop()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    give_up = worker.config.give_up_after if burst else None
-    reached = _wait_for_schema(worker.store.engine, worker.stopping, give_up_after=give_up)
-    if reached is None:
-        fail(
-            f"worker --burst: the database did not answer within {give_up:g} s",
-            EXIT_DATABASE,
-        )
-    if not reached:
-        click.echo("hookledger worker stopped before the database was reachable", err=True)
-        return
-    if not state.registry.handlers:
-        click.echo("hookledger: warning: no handlers are registered", err=True)
-    state.settings.data.warn("hookledger worker")  # no data key, a short maximum event age
-    if metrics_port is not None:
-        from receiver.web.metrics import serve_worker_metrics
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        give_up = worker.config.give_up_after if burst else None
+        reached = _wait_for_schema(worker.store.engine, worker.stopping, give_up_after=give_up)
+        if reached is None:
+            fail(
+                f"worker --burst: the database did not answer within {give_up:g} s",
+                EXIT_DATABASE,
+            )
+        if not reached:
+            click.echo("hookledger worker stopped before the database was reachable", err=True)
+            return
+        if not state.registry.handlers:
+            click.echo("hookledger: warning: no handlers are registered", err=True)
+        state.settings.data.warn("hookledger worker")  # no data key, a short maximum event age
+        if metrics_port is not None:
+            from receiver.web.metrics import serve_worker_metrics
 
-        serve_worker_metrics(
-            metrics_port,
-            metrics_host,
-            engine=state.store.engine,
-            account_label=state.settings.metrics_account_label,
-            account_label_max=state.settings.metrics_account_label_max,
-            known_accounts=[a.id for a in state.settings.accounts],
-            accounts=state.accounts.ids,
-        )
-    click.echo(f"hookledger worker {worker.name} started", err=True)
-    count = worker.run(burst=burst)
-    click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
-    if worker.gave_up:
-        fail(f"worker --burst: {worker.gave_up_because}", EXIT_DATABASE)
-    if worker.intake_left:
-        fail(f"worker --burst: {worker.intake_left}", EXIT_PROBLEM)
+            serve_worker_metrics(
+                metrics_port,
+                metrics_host,
+                engine=state.store.engine,
+                account_label=state.settings.metrics_account_label,
+                account_label_max=state.settings.metrics_account_label_max,
+                known_accounts=[a.id for a in state.settings.accounts],
+                accounts=state.accounts.ids,
+            )
+        click.echo(f"hookledger worker {worker.name} started", err=True)
+        count = worker.run(burst=burst)
+        click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
+        if worker.gave_up:
+            fail(f"worker --burst: {worker.gave_up_because}", EXIT_DATABASE)
+        if worker.intake_left:
+            fail(f"worker --burst: {worker.intake_left}", EXIT_PROBLEM)
+    finally:
+        if worker.store is not state.store:  # its own engine (PostgreSQL): nothing left open
+            worker.store.engine.dispose()
 
 
 long_running(worker_cmd)

@@ -42,7 +42,7 @@ from receiver.storage.tables import EventStatus
 from receiver.store import Store
 from receiver.testing.factories import build_event, encode
 from receiver.worker.runner import Worker, WorkerConfig
-from tests.conftest import backend
+from tests.conftest import PG_URL, backend
 from tests.reliability.tcp_proxy import TcpProxy
 
 PG = backend() == "postgresql"
@@ -553,3 +553,72 @@ def test_the_worker_command_gets_a_bounded_store_and_the_web_keeps_its_own(
     finally:
         worker.store.engine.dispose()
         state.store.engine.dispose()
+
+
+def _backends(application_name: str) -> int:
+    """The server's connections named ``application_name`` (this test's own)."""
+    counter = sa.create_engine(PG_URL, poolclass=sa.pool.NullPool)
+    try:
+        with counter.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"),
+                    {"n": application_name},
+                ).scalar_one()
+            )
+    finally:
+        counter.dispose()
+
+
+@pg
+@pytest.mark.storage
+def test_the_worker_command_run_in_process_leaves_no_connection_open(migrated: str) -> None:
+    """A shop's test suite builds an app, posts webhooks and runs ``hookledger worker
+    --burst`` in-process: each run made an engine of its own (the bounded worker's) that
+    nothing closed, its connections open until the garbage collector found it (one more
+    server connection per run, "too many clients" in a long suite). The run closes its own;
+    ``state.worker(bounded=True)`` called again reuses the app's one worker engine."""
+    import gc
+    import signal
+    import uuid
+
+    from flask import Flask
+
+    from receiver.extension import WebhookReceiver
+    from receiver.testing import WebhookTestClient
+
+    name = f"hl_conns_{uuid.uuid4().hex[:8]}"
+    hooks = WebhookReceiver()
+    hooks.on_any(name="noop")(lambda event: None)
+    app = Flask("conns")
+    app.config.update(
+        HOOKLEDGER_DATABASE_URL=f"{migrated}&application_name={name}",
+        HOOKLEDGER_SECRETS="k:whsec_conns_0123456789",
+    )
+    hooks.init_app(app)
+    state = WebhookReceiver.state(app)
+    client = WebhookTestClient(app)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    gc.collect()
+    gc.disable()  # what the runs leave open counts, not what a collection happens to close
+    try:
+        assert client.send("payment_succeeded", object_id="pay_0").status_code == 200
+        assert client.drain() == 1
+        before = _backends(name)
+        for n in range(1, 4):
+            assert client.send("payment_succeeded", object_id=f"pay_{n}").status_code == 200
+            result = app.test_cli_runner().invoke(args=["hookledger", "worker", "--burst"])
+            assert result.exit_code == 0, result.output
+        after_runs = _backends(name)
+        for _ in range(3):
+            state.worker(bounded=True).drain()
+        after_workers = _backends(name)
+    finally:
+        gc.enable()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        state.worker(bounded=True).store.engine.dispose()
+        state.store.engine.dispose()
+    assert before >= 1
+    assert after_runs == before, (before, after_runs)
+    assert after_workers == before + 1, (before, after_workers)
