@@ -75,6 +75,8 @@ from tests.model.processor import (
 from tests.model.shop import METADATA, TAKEN, Call, Shop
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+#: The engine factory itself (``World.reconcile`` patches the module's name).
+_make_engine = db.make_engine
 LEASE_SECONDS = 60.0
 DATA_KEY = base64.b64encode(b"m" * 32).decode()
 MAIN = "merchant_main"
@@ -353,8 +355,12 @@ class World:
 
     def reconcile(self, *args: str) -> Run:
         """``reconcile ARGS`` as an operator runs it (exit code, output)."""
+        made: list[sa.Engine] = []
         with ExitStack() as stack:
-            stack.enter_context(mock.patch.object(db, "make_engine", self._engine_for))
+            stack.callback(lambda: [engine.dispose() for engine in made])
+            stack.enter_context(
+                mock.patch.object(db, "make_engine", lambda url, **_: self._engine_for(url, made))
+            )
             result = CliRunner().invoke(
                 reconcile_cli, list(args), env=self.environment(), catch_exceptions=True
             )
@@ -364,9 +370,16 @@ class World:
         self.runs.append(run)
         return run
 
-    def _engine_for(self, url: str, **_: Any) -> sa.Engine:
+    def _engine_for(self, url: str, made: list[sa.Engine]) -> sa.Engine:
+        """The command's engine: its own, as an operator's run has (without the bounds it
+        asks for, as before), disposed when the run ends. On the world's engine, each run's
+        store left its receive path's connection (held for the thread) open until the test
+        ended: a server connection more per run, "too many clients" in the deep profile on
+        PostgreSQL."""
         assert url == self.url
-        return self.engine
+        engine = _make_engine(url)
+        made.append(engine)
+        return engine
 
     # -- the processor's objects ----------------------------------------------------------
 
