@@ -188,8 +188,8 @@ class Queue:
         full: an account that got its first open event, an event committed late with an
         earlier time, or one below the floor that a worker lost or gave back, waits at
         most that long behind the others (order within an object is kept by the heads,
-        whatever the walk found). With as many accounts with open events as a claim takes turns
-        between, or more, every claim scans in full."""
+        whatever the walk found). With more accounts with open events than a claim takes turns
+        between, every claim scans in full."""
         floors = self._floors_in_use(now)
         self._walked_floors = False
         if floors:
@@ -208,22 +208,22 @@ class Queue:
             if found:
                 self._walked_floors = True
                 return found
-        rotating = bool(self._after)
-        opened = self._sql.accounts_open(conn, self._after, ACCOUNTS_PER_CLAIM)
-        if len(opened) < ACCOUNTS_PER_CLAIM and self._after:
+        # One account more than a claim takes turns between: whether any is left beyond them
+        # (exactly that many take no turns, and their claims may walk from the floors).
+        opened = self._sql.accounts_open(conn, self._after, ACCOUNTS_PER_CLAIM + 1)
+        more = len(opened) > ACCOUNTS_PER_CLAIM
+        del opened[ACCOUNTS_PER_CLAIM:]
+        if not more and self._after:  # from the first account again, for the rest of the turns
             seen = {a for a, _ in opened}
-            opened += [
-                o
-                for o in self._sql.accounts_open(conn, "", ACCOUNTS_PER_CLAIM - len(opened))
-                if o[0] not in seen
-            ]
+            room = ACCOUNTS_PER_CLAIM - len(opened)
+            fresh = [o for o in self._sql.accounts_open(conn, "", room + 1) if o[0] not in seen]
+            more = len(fresh) > room
+            opened += fresh[:room]
         accounts = [a for a, _ in opened]
-        self._after = accounts[-1] if len(accounts) == ACCOUNTS_PER_CLAIM else ""
+        self._after = accounts[-1] if more else ""
         share = self._share(scan, len(accounts))
         per_account = self._sql.due_of_accounts(conn, self._due(now), now, share, accounts)
-        self._learn_floors(
-            conn, now, opened, per_account, share, whole=not rotating and not self._after
-        )
+        self._learn_floors(conn, now, opened, per_account, share, whole=not more)
         return self._interleave(per_account)
 
     def _floors_in_use(self, now: datetime) -> dict[str, datetime] | None:

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from receiver.core.events import parse_event
-from receiver.storage.queue import FLOOR_CLAIMS
+from receiver.storage.queue import ACCOUNTS_PER_CLAIM, FLOOR_CLAIMS
 from receiver.store import Store
 from receiver.testing.factories import build_event, encode
 
@@ -254,3 +254,34 @@ def test_an_event_a_worker_lost_or_gave_back_is_claimed_within_the_floors_bounds
                 past,
             )
     assert early in _claims(store, FLOOR_CLAIMS + 1)
+
+
+@pytest.mark.parametrize("accounts", [ACCOUNTS_PER_CLAIM, ACCOUNTS_PER_CLAIM + 1])
+def test_as_many_accounts_as_a_claim_takes_turns_between_walk_from_the_floors(
+    engine: sa.Engine, store: Store, accounts: int
+) -> None:
+    """With exactly as many accounts with open events as a claim takes turns between, no
+    turns are taken: the claims after a full scan walk from the floors (every claim scanned
+    in full, as with more accounts, where each claim serves the next ones). One account
+    more: every claim scans in full, and the next claim serves the accounts the last left."""
+    names = [f"acct_{i:02d}" for i in range(accounts)]
+    for name in names:
+        _insert(store, 3, name, account=name)
+    statements: list[str] = []
+
+    def hook(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", hook)
+    try:
+        claimed = [c.account for c in store.queue.claim_batch("floor-worker", 60, limit=4)]
+        statements.clear()
+        claimed += [c.account for c in store.queue.claim_batch("floor-worker", 60, limit=4)]
+        full = any(s.lstrip().startswith("WITH RECURSIVE") for s in statements)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", hook)
+    if engine.dialect.name == "postgresql":
+        assert full == (accounts > ACCOUNTS_PER_CLAIM)
+    assert len(claimed) == 8
+    if accounts > ACCOUNTS_PER_CLAIM:  # the second claim served the account the first left
+        assert names[-1] in claimed[4:]
