@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from receiver.cli.common import (
     long_running,
     read_only,
     run_main,
+    stopped_by_signals,
 )
 from receiver.cli.context import app_state, checked_engine, fail
 from receiver.cli.data_commands import register as register_data_commands
@@ -147,48 +147,49 @@ def worker_cmd(
         batch_size=batch_size,
     )
     worker.heartbeat = not burst
+
+    def _stop(signum: int) -> None:
+        logging.getLogger("receiver.worker").info(
+            "signal %d: finishing the current event", signum, extra={"action": "worker_signal"}
+        )
+        worker.stop()
+
     try:
+        with stopped_by_signals(_stop):
+            give_up = worker.config.give_up_after if burst else None
+            started = time.monotonic()
+            reached = _wait_for_schema(worker.store.engine, worker.stopping, give_up_after=give_up)
+            if reached is None:  # each attempt may outlast the bound (a connect timeout)
+                fail(
+                    "worker --burst: the database did not answer for"
+                    f" {time.monotonic() - started:.1f} s (it gives up after {give_up:g} s)",
+                    EXIT_DATABASE,
+                )
+            if not reached:
+                click.echo("hookledger worker stopped before the database was reachable", err=True)
+                return
+            if not state.registry.handlers:
+                click.echo("hookledger: warning: no handlers are registered", err=True)
+            state.settings.data.warn("hookledger worker")  # no data key, a short maximum event age
+            if metrics_port is not None:
+                from receiver.web.metrics import serve_worker_metrics
 
-        def _stop(signum: int, _frame: Any) -> None:
-            logging.getLogger("receiver.worker").info(
-                "signal %d: finishing the current event", signum, extra={"action": "worker_signal"}
-            )
-            worker.stop()
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-        give_up = worker.config.give_up_after if burst else None
-        reached = _wait_for_schema(worker.store.engine, worker.stopping, give_up_after=give_up)
-        if reached is None:
-            fail(
-                f"worker --burst: the database did not answer within {give_up:g} s",
-                EXIT_DATABASE,
-            )
-        if not reached:
-            click.echo("hookledger worker stopped before the database was reachable", err=True)
-            return
-        if not state.registry.handlers:
-            click.echo("hookledger: warning: no handlers are registered", err=True)
-        state.settings.data.warn("hookledger worker")  # no data key, a short maximum event age
-        if metrics_port is not None:
-            from receiver.web.metrics import serve_worker_metrics
-
-            serve_worker_metrics(
-                metrics_port,
-                metrics_host,
-                engine=state.store.engine,
-                account_label=state.settings.metrics_account_label,
-                account_label_max=state.settings.metrics_account_label_max,
-                known_accounts=[a.id for a in state.settings.accounts],
-                accounts=state.accounts.ids,
-            )
-        click.echo(f"hookledger worker {worker.name} started", err=True)
-        count = worker.run(burst=burst)
-        click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
-        if worker.gave_up:
-            fail(f"worker --burst: {worker.gave_up_because}", EXIT_DATABASE)
-        if worker.intake_left:
-            fail(f"worker --burst: {worker.intake_left}", EXIT_PROBLEM)
+                serve_worker_metrics(
+                    metrics_port,
+                    metrics_host,
+                    engine=state.store.engine,
+                    account_label=state.settings.metrics_account_label,
+                    account_label_max=state.settings.metrics_account_label_max,
+                    known_accounts=[a.id for a in state.settings.accounts],
+                    accounts=state.accounts.ids,
+                )
+            click.echo(f"hookledger worker {worker.name} started", err=True)
+            count = worker.run(burst=burst)
+            click.echo(f"hookledger worker {worker.name} stopped after {count} events", err=True)
+            if worker.gave_up:
+                fail(f"worker --burst: {worker.gave_up_because}", EXIT_DATABASE)
+            if worker.intake_left:
+                fail(f"worker --burst: {worker.intake_left}", EXIT_PROBLEM)
     finally:
         if worker.store is not state.store:  # its own engine (PostgreSQL): nothing left open
             worker.store.engine.dispose()

@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import Any, Final, NoReturn, TypeVar
 
@@ -135,6 +137,21 @@ def run_main(
 
 #: Set by :func:`run_main`: hookledger's own programs set up logging even without options.
 _PROGRAM = False
+
+
+@contextmanager
+def stopped_by_signals(stop: Callable[[int], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT call ``stop(signum)`` while the block runs; the handlers in place
+    before are put back after it (a command run in-process, a shop's test suite invoking it
+    through click's runner, keeps its own Ctrl-C)."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for number in previous:
+        signal.signal(number, lambda signum, _frame: stop(signum))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def running_as_program() -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from flask.cli import with_appcontext
 from sqlalchemy.exc import DBAPIError
 
 import receiver.storage.database as db
-from receiver.cli.common import describe_error, read_only
+from receiver.cli.common import describe_error, read_only, stopped_by_signals
 from receiver.cli.context import account_option
 from receiver.config.data_at_rest import RetentionPolicy
 from receiver.core.errors import HookledgerError, StorageUnavailable
@@ -173,30 +172,29 @@ def rotate_keys_cmd(
         return
     stop = threading.Event()
 
-    def _stop(signum: int, _frame: Any) -> None:
+    def _stop(signum: int) -> None:
         click.echo(f"signal {signum}: stopping after this batch", err=True)
         stop.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    # SQLite: webhooks waiting in the intake are sealed too; into the inbox with them first.
-    waiting = _intake_left(store)
-    total = sum(status["remaining"].values())
-    if sys.stderr.isatty() and not as_json and total:
-        with click.progressbar(length=total, label="sealing again", file=sys.stderr) as bar:
-            report = rotation.run(stop=stop, progress=bar.update, accounts=accounts)
-    else:
-        report = rotation.run(stop=stop, accounts=accounts)
-    if as_json:
-        click.echo(json.dumps({**report.as_dict(), **({"intake": waiting} if waiting else {})}))
-    else:
-        click.echo(report.render())
-        if waiting:
-            click.echo(
-                f"{waiting} webhook(s) still in the intake (the database stayed locked): "
-                "run rotate-keys again once a worker has moved them",
-                err=True,
-            )
+    with stopped_by_signals(_stop):
+        # SQLite: webhooks waiting in the intake are sealed too; into the inbox with them first.
+        waiting = _intake_left(store)
+        total = sum(status["remaining"].values())
+        if sys.stderr.isatty() and not as_json and total:
+            with click.progressbar(length=total, label="sealing again", file=sys.stderr) as bar:
+                report = rotation.run(stop=stop, progress=bar.update, accounts=accounts)
+        else:
+            report = rotation.run(stop=stop, accounts=accounts)
+        if as_json:
+            click.echo(json.dumps({**report.as_dict(), **({"intake": waiting} if waiting else {})}))
+        else:
+            click.echo(report.render())
+            if waiting:
+                click.echo(
+                    f"{waiting} webhook(s) still in the intake (the database stayed locked): "
+                    "run rotate-keys again once a worker has moved them",
+                    err=True,
+                )
     if not report.complete or waiting:
         sys.exit(EXIT_INCOMPLETE)
 

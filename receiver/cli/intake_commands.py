@@ -115,7 +115,8 @@ def move_cmd(as_json: bool) -> None:
     """Move the webhooks waiting in the intake into the inbox now (a worker does it before
     each claim): then events, object, the order search and replay show them. Exit 5 when
     the database's lock stays held past the busy timeout, 1 when the intake cannot be read
-    or webhooks are left in it (arrived meanwhile, or refused by the inbox), ``--json`` too."""
+    or webhooks received before the move are left in it (refused by the inbox), ``--json``
+    too; webhooks that arrived meanwhile are left for the next move (or a worker's)."""
     engine = checked_engine()
     store = app_state().store
     path = path_of(engine)
@@ -123,6 +124,7 @@ def move_cmd(as_json: bool) -> None:
         payload: dict[str, Any] = {"intake": None, "moved": 0, "left": 0}
         click.echo(json.dumps(payload) if as_json else "no intake (PostgreSQL, or it is off)")
         return
+    started = utcnow()
     try:
         moved = store.inbox.move_intake()
     except TimeoutError:
@@ -143,16 +145,24 @@ def move_cmd(as_json: bool) -> None:
         return
     waiting, _ = read_figures(engine)
     left = sum(found.count for found in waiting.values())
+    # Webhooks that arrived while it moved are the next move's, not a failure of this one:
+    # only those received before it started and still there are (refused by the inbox).
+    listed, _ = read_waiting(engine, limit=left) if left else ([], None)
+    stuck = sum(1 for row in listed if row.received_at < started)
     if as_json:
-        click.echo(json.dumps({"intake": path, "moved": moved, "left": left}))
-        if left:
+        click.echo(json.dumps({"intake": path, "moved": moved, "left": left, "stuck": stuck}))
+        if stuck:
             sys.exit(EXIT_PROBLEM)
         return
-    click.echo(f"{moved} webhook(s) moved from the intake into the inbox; {left} left")
-    if left:
+    click.echo(
+        f"{moved} webhook(s) moved from the intake into the inbox; {left} left"
+        + (f" ({left - stuck} arrived meanwhile)" if left - stuck else "")
+    )
+    if stuck:
         click.echo(
-            "hookledger: webhooks left in the intake (arrived meanwhile, or refused by the "
-            "inbox: see the log's intake_stuck); `hookledger intake list` shows them",
+            f"hookledger: {stuck} webhook(s) received before the move are still in the intake "
+            "(refused by the inbox: see the log's intake_stuck); `hookledger intake list` "
+            "shows them",
             err=True,
         )
         sys.exit(EXIT_PROBLEM)

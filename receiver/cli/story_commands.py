@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import threading
 from typing import Any
@@ -21,7 +20,7 @@ from flask.cli import with_appcontext
 
 import receiver.storage.object_story as stories
 from receiver.atrest.order_index import OrderIndex
-from receiver.cli.common import EXIT_PROBLEM, EXIT_USAGE, read_only
+from receiver.cli.common import EXIT_PROBLEM, EXIT_USAGE, read_only, stopped_by_signals
 from receiver.cli.context import account_option, app_state, checked_engine, fail
 from receiver.core.accounts import is_account_id
 from receiver.core.order_refs import normalise
@@ -335,16 +334,12 @@ def backfill_cmd(batch_size: int, accounts: tuple[str, ...], dry_run: bool, as_j
         return
     stop = threading.Event()
 
-    def _stop(signum: int, _frame: Any) -> None:
+    def _stop(signum: int) -> None:
         click.echo(f"signal {signum}: stopping after this batch", err=True)
         stop.set()
 
-    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stopped_by_signals(_stop):
         report = index.backfill(accounts=accounts, stop=stop)
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
     click.echo(json.dumps(report.as_dict()) if as_json else report.render())
     if not report.complete:
         sys.exit(EXIT_INCOMPLETE)

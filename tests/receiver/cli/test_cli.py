@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -263,3 +264,15 @@ def test_worker_burst_ends_with_code_1_when_the_intake_cannot_be_read(tmp_path: 
     assert burst.returncode == 1, (burst.stdout, burst.stderr)
     assert "worker --burst: the intake cannot be read" in burst.stderr
     assert "Traceback" not in burst.stderr
+
+
+def test_an_in_process_worker_run_gives_the_signals_back(make_app: AppFactory) -> None:
+    """`hookledger worker --burst` (and the other long commands) run in-process, as a shop's
+    test suite runs them through Flask's CLI runner, put SIGINT and SIGTERM's handlers back
+    when they end: Ctrl-C in the test session went to the stopped worker (review)."""
+    app, _ = make_app()
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    cli = app.test_cli_runner()  # type: ignore[attr-defined]
+    result = cli.invoke(args=["hookledger", "worker", "--burst"])
+    assert result.exit_code == 0, result.output
+    assert {s: signal.getsignal(s) for s in before} == before
