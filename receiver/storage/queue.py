@@ -210,20 +210,18 @@ class Queue:
                 return found
         # One account more than a claim takes turns between: whether any is left beyond them
         # (exactly that many take no turns, and their claims may walk from the floors).
-        opened = self._sql.accounts_open(conn, self._after, ACCOUNTS_PER_CLAIM + 1)
-        more = len(opened) > ACCOUNTS_PER_CLAIM
-        del opened[ACCOUNTS_PER_CLAIM:]
+        accounts = self._sql.accounts_open(conn, self._after, ACCOUNTS_PER_CLAIM + 1)
+        more = len(accounts) > ACCOUNTS_PER_CLAIM
+        del accounts[ACCOUNTS_PER_CLAIM:]
         if not more and self._after:  # from the first account again, for the rest of the turns
-            seen = {a for a, _ in opened}
-            room = ACCOUNTS_PER_CLAIM - len(opened)
-            fresh = [o for o in self._sql.accounts_open(conn, "", room + 1) if o[0] not in seen]
+            room = ACCOUNTS_PER_CLAIM - len(accounts)
+            fresh = [a for a in self._sql.accounts_open(conn, "", room + 1) if a not in accounts]
             more = len(fresh) > room
-            opened += fresh[:room]
-        accounts = [a for a, _ in opened]
+            accounts += fresh[:room]
         self._after = accounts[-1] if more else ""
         share = self._share(scan, len(accounts))
         per_account = self._sql.due_of_accounts(conn, self._due(now), now, share, accounts)
-        self._learn_floors(conn, now, opened, per_account, share, whole=not more)
+        self._learn_floors(conn, now, accounts, per_account, share, whole=not more)
         return self._interleave(per_account)
 
     def _floors_in_use(self, now: datetime) -> dict[str, datetime] | None:
@@ -237,7 +235,7 @@ class Queue:
         self,
         conn: Connection,
         now: datetime,
-        opened: list[tuple[str, datetime | None]],
+        accounts: list[str],
         walked: list[list[tuple[str, int, datetime | None]]],
         share: int,
         *,
@@ -256,7 +254,7 @@ class Queue:
         released) or when their head is done: then a full scan finds them, within the
         floors' bounds, as an event committed late."""
         seen_before, self._floors = self._floors or {}, None
-        if not (whole and opened and self._sql.open_index_keeps_done):
+        if not (whole and accounts and self._sql.open_index_keeps_done):
             return
         waiting = self._behind_retries(conn, now, [w[0] for w in walked if w])
         if waiting:
@@ -264,15 +262,12 @@ class Queue:
                 conn, now, [c for w in walked if w and w[0][1] in waiting for c in w[1:]]
             )
         floors = {}
-        for (account, first_due), found in zip(opened, walked, strict=True):
-            if first_due is None:
-                return
-            floor = as_utc(first_due)
+        for account, found in zip(accounts, walked, strict=True):
             free = [due_at for _, pk, due_at in found if pk not in waiting]
             past = free[0] if free else found[-1][2] if len(found) >= share else now
-            if past is not None:
-                floor = max(floor, as_utc(past))
-            floors[account] = min(floor, now) - FLOOR_MARGIN
+            if past is None:
+                return
+            floors[account] = min(as_utc(past), now) - FLOOR_MARGIN
         # The accounts an earlier scan saw with open events and this one without: their
         # next event is new, due from about its arrival, so their walks start at this scan
         # (an account whose events come one at a time is not left for the floors' bounds,

@@ -154,15 +154,11 @@ class Statements(ABC):
             for account in accounts
         ]
 
-    def accounts_open(
-        self, conn: Connection, after: str, limit: int
-    ) -> list[tuple[str, datetime | None]]:
+    def accounts_open(self, conn: Connection, after: str, limit: int) -> list[str]:
         """Up to ``limit`` accounts with open events, in order, after ``after``: a skip
-        scan of the index over open events (one probe per account, whatever the backlog).
-        With each, where :attr:`open_index_keeps_done`, its earliest open event's
-        ``next_attempt_at`` (the probe lands on it); elsewhere ``None``."""
+        scan of the index over open events (one probe per account, whatever the backlog)."""
         rows = conn.execute(self.accounts_open_sql, {"after": after, "limit": limit})
-        return [(row[0], row[1] if len(row) > 1 else None) for row in rows]
+        return [row[0] for row in rows]
 
     @property
     @abstractmethod

@@ -161,20 +161,17 @@ TAKE_LEASES = text(
 
 #: Accounts with open events after ``:after``: a skip scan of the open-events index, one
 #: probe per account (see :meth:`receiver.storage.sql.base.Statements.accounts_open`).
-#: Each probe lands on the account's earliest open event (the index's order is account, then
-#: ``next_attempt_at``) and returns its ``next_attempt_at`` too: the account's floor.
 ACCOUNTS_OPEN = text(
-    "WITH RECURSIVE a(account, first_due, n) AS ("
-    " SELECT f.account, f.next_attempt_at, 1 FROM (SELECT account, next_attempt_at"
-    " FROM hookledger_event WHERE status IN ('pending', 'processing') AND account > :after"
-    " ORDER BY account, next_attempt_at LIMIT 1) AS f"
+    "WITH RECURSIVE a(account, n) AS ("
+    " SELECT (SELECT account FROM hookledger_event"
+    " WHERE status IN ('pending', 'processing') AND account > :after"
+    " ORDER BY account LIMIT 1), 1"
     " UNION ALL"
-    " SELECT f.account, f.next_attempt_at, a.n + 1 FROM a CROSS JOIN LATERAL"
-    " (SELECT e.account, e.next_attempt_at FROM hookledger_event AS e"
+    " SELECT (SELECT e.account FROM hookledger_event AS e"
     " WHERE e.status IN ('pending', 'processing') AND e.account > a.account"
-    " ORDER BY e.account, e.next_attempt_at LIMIT 1) AS f"
-    " WHERE a.n < :limit"
-    ") SELECT account, first_due FROM a"
+    " ORDER BY e.account LIMIT 1), a.n + 1"
+    " FROM a WHERE a.account IS NOT NULL AND a.n < :limit"
+    ") SELECT account FROM a WHERE account IS NOT NULL"
 )
 
 #: Every given account's due events in one statement: per account (in the array's order) a
