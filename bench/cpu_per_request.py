@@ -45,6 +45,33 @@ def _ticks(pid: int) -> int:
     return sum(int(value) for value in fields[11:15])
 
 
+def _switches(pid: int) -> int:
+    """Context switches (voluntary and not) of every thread of ``pid`` so far."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as status:
+                for line in status:
+                    if line.endswith("ctxt_switches:\t" + line.rsplit("\t", 1)[-1]):
+                        total += int(line.rsplit("\t", 1)[-1])
+        except FileNotFoundError:
+            continue
+    return total
+
+
+def _system_ticks(pid: int) -> int:
+    """System CPU ticks of ``pid`` (its own, not its children's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[12])
+    except FileNotFoundError:
+        return 0
+
+
 def _pids(*args: str) -> list[int]:
     out = subprocess.run(["pgrep", *args], capture_output=True, text=True, check=False).stdout
     return [int(pid) for pid in out.split()]
@@ -91,9 +118,13 @@ def measure(
                     workers = _pids("-P", str(server.pid))
                     postgres = _pids("-u", "postgres")
                     web0, db0, (all0, idle0) = _ticks_of(workers), _ticks_of(postgres), _machine()
+                    sys0 = sum(_system_ticks(pid) for pid in workers)
+                    cs0 = sum(_switches(pid) for pid in workers)
                     out = run_wrk(server.base + "/webhooks/", pool, seconds, _CONNECTIONS)
                     postgres += [p for p in _pids("-u", "postgres") if p not in postgres]
                     web1, db1, (all1, idle1) = _ticks_of(workers), _ticks_of(postgres), _machine()
+                    sys1 = sum(_system_ticks(pid) for pid in workers)
+                    cs1 = sum(_switches(pid) for pid in workers)
                     n = max(1, int(out["requests"]))
                     busy = (all1 - all0) - (idle1 - idle0)
 
@@ -102,7 +133,8 @@ def measure(
 
                     print(
                         f"{backend} round {index + 1} {name:10s} {n / seconds:7,.0f}/s  "
-                        f"gunicorn {us(web1 - web0):5.0f} us/req  "
+                        f"gunicorn {us(web1 - web0):5.0f} us/req "
+                        f"(system {us(sys1 - sys0):4.0f}, {(cs1 - cs0) / n:4.1f} switches)  "
                         f"postgres {us(db1 - db0):4.0f} us/req  "
                         f"machine busy {us(busy):5.0f} us/req  "
                         f"idle {100 * (idle1 - idle0) / max(1, all1 - all0):.0f} %",

@@ -21,17 +21,20 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-_QUEUED, _TAKEN, _DONE = range(3)
+_QUEUED, _TAKEN, _LEAD, _DONE = range(4)
 
 
 class _Slot(Generic[T, R]):
-    __slots__ = ("item", "state", "result", "error")
+    __slots__ = ("item", "state", "result", "error", "wake")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.state = _QUEUED
         self.result: R | None = None
         self.error: BaseException | None = None
+        #: Released (once) to wake the submitting thread: its item is done, or it leads.
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class GroupCommit(Generic[T, R]):
@@ -40,6 +43,11 @@ class GroupCommit(Generic[T, R]):
     ``run_batch(items)`` returns one result per item, in order; an item's result may be an
     exception, which :meth:`submit` raises for that item alone. If ``run_batch`` itself
     raises, every item of the batch gets that exception.
+
+    Each waiting thread is woken once, by the leader of the batch that held its item (done)
+    or by the leader before it (its turn to lead the next batch, which holds its item): no
+    thread is woken to find that it must wait again, and no wake-up contends for a shared
+    lock (on a busy web worker every wake-up is a switch and a wait for the GIL).
     """
 
     def __init__(
@@ -52,7 +60,7 @@ class GroupCommit(Generic[T, R]):
             raise ValueError("max_batch must be at least 1")
         self._run_batch = run_batch
         self._max_batch = max_batch
-        self._cond = threading.Condition()
+        self._mutex = threading.Lock()
         self._queue: list[_Slot[T, R]] = []
         self._busy = False
 
@@ -63,40 +71,65 @@ class GroupCommit(Generic[T, R]):
         (it was then not written); once a batch has taken it, waits for that batch.
         """
         slot: _Slot[T, R] = _Slot(item)
-        deadline = time.monotonic() + timeout
-        with self._cond:
+        with self._mutex:
             self._queue.append(slot)
-            while True:
-                while self._busy and slot.state != _DONE:
-                    remaining = deadline - time.monotonic()
-                    if slot.state == _QUEUED:
-                        if remaining <= 0:
-                            self._queue.remove(slot)
-                            raise TimeoutError("no writer took the item in time")
-                        self._cond.wait(remaining)
-                    else:
-                        self._cond.wait()
-                if slot.state == _DONE:
-                    return self._outcome(slot)
-                batch = self._lead()
-                results: Sequence[R | BaseException] | None = None
-                self._cond.release()  # others queue up while this batch is written
-                try:
-                    results = self._run(batch)
-                finally:
-                    self._cond.acquire()
-                    self._finish(batch, results)
-                if slot.state == _DONE:
-                    return self._outcome(slot)
-                # More were queued ahead of this item than one batch holds: go round again.
+            lead = not self._busy
+            if lead:
+                self._busy = True
+                slot.state = _LEAD
+        if not lead:
+            try:
+                self._wait(slot, time.monotonic() + timeout)
+            except BaseException:
+                self._abandon(slot)
+                raise
+            if slot.state == _DONE:
+                return self._outcome(slot)
+        self._lead_batch()
+        return self._outcome(slot)
 
-    def _lead(self) -> list[_Slot[T, R]]:
-        self._busy = True
-        batch = self._queue[: self._max_batch]
-        del self._queue[: len(batch)]
-        for slot in batch:
-            slot.state = _TAKEN
-        return batch
+    def _wait(self, slot: _Slot[T, R], deadline: float) -> None:
+        """Until ``slot`` is done or leads; :class:`TimeoutError` (the item taken out of the
+        queue, never written) if no batch took it by ``deadline``."""
+        if slot.wake.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return
+        with self._mutex:
+            if slot.state == _QUEUED:
+                self._queue.remove(slot)
+                raise TimeoutError("no writer took the item in time")
+        slot.wake.acquire()  # taken meanwhile (or to lead): its wake-up is on its way
+
+    def _abandon(self, slot: _Slot[T, R]) -> None:
+        """A waiting thread interrupted (or timed out): its item leaves the queue if no
+        batch took it, and a turn to lead passes on, so the next items are not left
+        waiting for a leader that is gone."""
+        with self._mutex:
+            if slot.state == _TAKEN or slot.state == _DONE:
+                return  # its batch writes it (it is not to lead)
+            if slot in self._queue:
+                self._queue.remove(slot)
+            if slot.state != _LEAD:
+                return
+            following = self._queue[0] if self._queue else None
+            if following is None:
+                self._busy = False
+            else:
+                following.state = _LEAD
+        if following is not None:
+            following.wake.release()
+
+    def _lead_batch(self) -> None:
+        """Write the next batch (this thread's item first in it), then hand over."""
+        with self._mutex:
+            batch = self._queue[: self._max_batch]
+            del self._queue[: len(batch)]
+            for each in batch:
+                each.state = _TAKEN
+        results: Sequence[R | BaseException] | None = None
+        try:
+            results = self._run(batch)
+        finally:
+            self._finish(batch, results)
 
     def _run(self, batch: list[_Slot[T, R]]) -> Sequence[R | BaseException]:
         try:
@@ -118,9 +151,19 @@ class GroupCommit(Generic[T, R]):
                 slot.error = results[index]  # type: ignore[assignment]
             else:
                 slot.result = results[index]  # type: ignore[assignment]
-            slot.state = _DONE
-        self._busy = False
-        self._cond.notify_all()
+        with self._mutex:
+            for slot in batch:
+                slot.state = _DONE
+            following = self._queue[0] if self._queue else None
+            if following is None:
+                self._busy = False
+            else:
+                following.state = _LEAD
+        # The leader's own slot is the batch's first: it is not waiting.
+        for slot in batch[1:]:
+            slot.wake.release()
+        if following is not None:
+            following.wake.release()
 
     @staticmethod
     def _outcome(slot: _Slot[T, R]) -> R:

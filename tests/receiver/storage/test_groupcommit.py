@@ -114,3 +114,68 @@ def test_more_items_than_a_batch_holds_are_all_written_once() -> None:
 def test_max_batch_must_be_positive() -> None:
     with pytest.raises(ValueError):
         GroupCommit(lambda items: items, max_batch=0)
+
+
+class _Interrupted(BaseException):
+    """Stands for a KeyboardInterrupt or SystemExit raised in a waiting thread."""
+
+
+def test_a_thread_whose_turn_to_lead_came_as_it_was_interrupted_passes_the_turn_on() -> None:
+    # Each waiter is woken once, and the one woken to lead the next batch is told so alone:
+    # if it dies then (a worker's graceful timeout, Ctrl-C), the turn must not die with it,
+    # or every later delivery would wait for a leader that is gone (503s for ever).
+    writer = _Recorder()
+    group: GroupCommit[int, int] = GroupCommit(writer)
+    real_wait = group._wait
+
+    def wait(slot, deadline):  # type: ignore[no-untyped-def]
+        real_wait(slot, deadline)
+        if slot.item == 1:
+            raise _Interrupted()
+
+    group._wait = wait  # type: ignore[method-assign]
+    pool = _held_leader(group, writer)
+    first = pool.submit(group.submit, 1, timeout=10)
+    while len(group._queue) < 1:
+        threading.Event().wait(0.01)
+    second = pool.submit(group.submit, 2, timeout=10)
+    while len(group._queue) < 2:
+        threading.Event().wait(0.01)
+    writer.hold.set()
+    with pytest.raises(_Interrupted):
+        first.result(10)
+    assert second.result(10) == 20
+    assert group.submit(3, timeout=1) == 30
+    pool.shutdown()
+    written = [i for b in writer.batches for i in b]
+    assert 1 not in written and sorted(written) == [0, 2, 3]
+
+
+def test_many_threads_with_short_waits_each_item_written_once_or_refused_unwritten() -> None:
+    # Items time out while others are handed the lead and batches finish: an item refused
+    # (TimeoutError) is never written, every other is written exactly once with its answer.
+    import random
+    import time
+
+    seen: list[int] = []
+
+    def write(items: list[int]) -> list[int]:
+        time.sleep(random.uniform(0, 0.004))
+        seen.extend(items)
+        return [i * 10 for i in items]
+
+    group: GroupCommit[int, int] = GroupCommit(write, max_batch=4)
+
+    def one(i: int) -> int | None:
+        try:
+            return group.submit(i, timeout=random.choice((0.001, 0.005, 1.0)))
+        except TimeoutError:
+            return None
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(one, range(2000)))
+    written = [i for i, answer in enumerate(answers) if answer is not None]
+    assert all(answers[i] == i * 10 for i in written)
+    assert sorted(seen) == written
+    assert 0 < len(written)
+    assert not group._busy and not group._queue
