@@ -1,15 +1,15 @@
 """Where a delivery's CPU goes under load: ``python -m bench.cpu_per_request``.
 
-For the yardstick and hookledger (and, with ``--baseline DIR``, another checkout's
-hookledger served from that checkout; with ``--accounts N``, hookledger with N sellers on
-the shared URL, each delivery a seller's), each behind gunicorn ``-w 2 -k gthread --threads 4``
-on one database: ``wrk -c16`` posts signed unique deliveries for ``--seconds``, and the CPU
-time of the gunicorn workers and of every PostgreSQL server process (``/proc/<pid>/stat``)
-and of the whole machine (``/proc/stat``) is read before and after, then divided by the
-requests served. Rounds alternate the apps. The machine is shared and CPU-bound under this
-load, so throughput follows the CPU per request: this tells which side of the connection
-(the web process or the database) a difference is on. With ``--duplicates`` every request
-re-posts a delivery already stored. Linux only.
+For the yardstick and hookledger (and, with ``--baseline DIR``, another checkout's hookledger
+served from that checkout; with ``--accounts N``, hookledger with N sellers on the shared URL,
+each delivery a seller's), each behind gunicorn ``-w 2 -k gthread --threads 4`` (``--sync``:
+``-w 4 -k sync``) on one database: ``wrk -c16`` posts signed unique deliveries for
+``--seconds``, and the CPU time of the gunicorn workers and of every PostgreSQL server process
+(``/proc/<pid>/stat``) and of the whole machine (``/proc/stat``) is read before and after, then
+divided by the requests served. Rounds alternate the apps. The machine is shared and CPU-bound
+under this load, so throughput follows the CPU per request: this tells which side of the
+connection (the web process or the database) a difference is on. With ``--duplicates`` every
+request re-posts a delivery already stored. Linux only.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ _HZ = os.sysconf("SC_CLK_TCK")
 #: wrk -c16 against each app, its connections spread evenly over the workers.
 _CONNECTIONS = 16
 _CONFIG = GunicornConfig().balanced(_CONNECTIONS)
+#: ``--sync``: the receive bench's sync-worker row.
+SYNC_CONFIG = GunicornConfig(workers=4, worker_class="sync", threads=1)
 
 
 def _ticks(pid: int) -> int:
@@ -91,15 +93,16 @@ def measure(
     baseline: Path | None,
     accounts: int = 0,
     duplicates: bool = False,
+    config: GunicornConfig = _CONFIG,
 ) -> None:
     with temp_dir() as work, database(backend, work, name="cpureq") as db:
         migrate(db)
-        servers = {name: Gunicorn(app, db=db, config=_CONFIG) for name, app in APPS.items()}
+        servers = {name: Gunicorn(app, db=db, config=config) for name, app in APPS.items()}
         if baseline is not None:
-            servers["baseline"] = Gunicorn(APPS["hookledger"], db=db, config=_CONFIG, tree=baseline)
+            servers["baseline"] = Gunicorn(APPS["hookledger"], db=db, config=config, tree=baseline)
         if accounts:
             os.environ["HLBENCH_ACCOUNTS"] = str(accounts)  # read by create_accounts_app
-            servers["accounts"] = Gunicorn(ACCOUNTS_APP[1], db=db, config=_CONFIG)
+            servers["accounts"] = Gunicorn(ACCOUNTS_APP[1], db=db, config=config)
         try:
             for server in servers.values():
                 server.wait_ready()
@@ -163,9 +166,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="every request a duplicate (each app's pool of 3,000 posted once first)",
     )
+    parser.add_argument(
+        "--sync", action="store_true", help="gunicorn -w 4 -k sync (the receive bench's sync row)"
+    )
     args = parser.parse_args(argv)
+    config = SYNC_CONFIG if args.sync else _CONFIG
     for backend in args.backend or ["postgresql", "sqlite"]:
-        measure(backend, args.rounds, args.seconds, args.baseline, args.accounts, args.duplicates)
+        measure(
+            backend,
+            args.rounds,
+            args.seconds,
+            args.baseline,
+            args.accounts,
+            args.duplicates,
+            config,
+        )
     return 0
 
 

@@ -138,3 +138,43 @@ def test_the_calls_that_keep_the_gil_fail_as_pythons_own(tmp_path: Path) -> None
     finally:
         os.close(first)
         os.close(second)
+
+
+def _hold_twice(
+    path: str, first: float, second: float, ready: multiprocessing.synchronize.Event
+) -> None:
+    """Hold the lock for ``first`` seconds, let go, take it again at once for ``second``."""
+    lock = WritersLock(path)
+    with lock.hold(timeout=5):
+        ready.set()
+        time.sleep(first)
+    with lock.hold(timeout=5):
+        time.sleep(second)
+
+
+def test_patience_counts_from_when_the_holder_took_the_lock_even_a_new_holder(
+    tmp_path: Path,
+) -> None:
+    # The waiter reads the holder's stamp only when the hold can have passed its patience:
+    # a holder that took the lock before the wait trips it early, and one that took it
+    # during the wait (a new stamp) trips it patience after that, never sooner or later.
+    path = str(tmp_path / "db-hookledger-writers")
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_twice, args=(path, 0.4, 3.0, ready))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        time.sleep(0.1)  # held for 0.1 s already when the wait starts
+        lock = WritersLock(path)
+        started = time.monotonic()
+        with pytest.raises(filelock.HeldTooLong):
+            with lock.hold(timeout=10, patience=0.6):
+                pytest.fail("entered while another process held the lock")
+        waited = time.monotonic() - started
+        # The first hold ended at 0.3 s into the wait, before its patience; the second
+        # began then and passed 0.6 s at about 0.9 s.
+        assert 0.85 <= waited < 1.6, waited
+    finally:
+        holder.kill()
+        holder.join(10)
