@@ -48,6 +48,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from receiver.core.errors import ConfigurationError, DataKeyMissing, DataNotAuthentic
+from receiver.core.hashing import feed
 
 #: Bytes of a data key (AES-256).
 KEY_BYTES = 32
@@ -319,11 +320,11 @@ class Keyring:
         plain SHA-256 for ``None`` (no key). Raises :class:`DataKeyMissing` for a key id
         that is not configured."""
         if key_id is None:
-            return hashlib.sha256(body).hexdigest()
+            return feed(hashlib.sha256(), body).hexdigest()
         derived = self._derived.get(key_id)
         if derived is None:
             raise DataKeyMissing(key_id)
-        return hmac.new(derived.hash_key, body, hashlib.sha256).hexdigest()
+        return feed(hmac.new(derived.hash_key, None, hashlib.sha256), body).hexdigest()
 
     # -- the order index ------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from receiver.core.errors import (
     SignatureMalformed,
     SignatureMissing,
 )
+from receiver.core.hashing import feed
 
 SIGNATURE_HEADER = "X-Webhook-Signature-512"
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -83,7 +84,7 @@ def sign(body: bytes, secret: str | bytes | Secret) -> str:
         if isinstance(secret, Secret)
         else (secret.encode("utf-8") if isinstance(secret, str) else secret)
     )
-    return hmac.new(key, body, hashlib.sha512).hexdigest()
+    return feed(hmac.new(key, None, hashlib.sha512), body).hexdigest()
 
 
 def parse_secrets(spec: str | Mapping[str, str] | Iterable[Secret] | None) -> tuple[Secret, ...]:

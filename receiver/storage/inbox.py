@@ -38,6 +38,7 @@ from receiver.core.accounts import DEFAULT_ACCOUNT
 from receiver.core.clock import as_utc
 from receiver.core.errors import StorageBusy, StorageUnavailable
 from receiver.core.events import Event
+from receiver.core.hashing import feed
 from receiver.core.headers import DEFAULT_STORED_HEADERS, clean_headers
 from receiver.storage.context import Storage, is_transient_conflict, is_unavailable, unavailable
 from receiver.storage.filelock import WritersLock
@@ -109,7 +110,7 @@ class Inserted:
 
 
 def body_sha256(body: bytes) -> str:
-    return hashlib.sha256(body).hexdigest()
+    return feed(hashlib.sha256(), body).hexdigest()
 
 
 def event_row(
