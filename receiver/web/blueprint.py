@@ -19,6 +19,7 @@ import logging
 from dataclasses import replace
 
 from flask import Blueprint, Response, jsonify, request
+from werkzeug.exceptions import ClientDisconnected
 
 import receiver.core.signals as signals
 from receiver.atrest.rejected_deliveries import declared_size
@@ -54,12 +55,34 @@ def error_response(exc: ReceiveError) -> tuple[Response, int]:
 
 
 def _read_body(limit: int) -> bytes:
-    declared = request.content_length
+    """The body, refused with :class:`PayloadTooLarge` past ``limit`` bytes: unread when its
+    declared length says so, else after reading ``limit + 1`` bytes at most.
+
+    Read exactly as ``request.stream.read(limit + 1)`` read it, but straight from the WSGI
+    input. A server that ends the input itself (``wsgi.input_terminated``: gunicorn) gets
+    that very read. Otherwise werkzeug's stream is a ``LimitedStream`` of the declared
+    length, which allocates and zeroes a ``limit + 1`` byte buffer for every read (a
+    megabyte by default, whatever the body's size); here the declared length is read in
+    one call, as it reads it, and a read that gets nothing or fails is the client gone
+    (werkzeug's :class:`ClientDisconnected`, its 400), as it makes it. Without a declared
+    length (none, or chunked) such a server's body is empty, as werkzeug's stream is."""
+    declared = request.content_length  # None: no header, or Transfer-Encoding: chunked
     if declared is not None and declared > limit:
         raise PayloadTooLarge()
-    body = request.stream.read(limit + 1)
-    if len(body) > limit:
-        raise PayloadTooLarge()
+    environ = request.environ
+    if "wsgi.input_terminated" in environ:
+        body: bytes = environ["wsgi.input"].read(limit + 1)
+        if len(body) > limit:
+            raise PayloadTooLarge()
+        return body
+    if not declared:
+        return b""
+    try:
+        body = environ["wsgi.input"].read(declared)
+    except (OSError, ValueError):
+        raise ClientDisconnected() from None
+    if not body:
+        raise ClientDisconnected()
     return body
 
 
