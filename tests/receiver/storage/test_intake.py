@@ -715,3 +715,64 @@ def test_an_intake_deleted_while_in_use_is_not_written_where_nobody_looks(
     other = Store(db.make_engine(f"sqlite:///{database}", sqlite_busy_timeout=5), write_wait=5)
     assert other.inbox.move_intake() == 1
     other.engine.dispose()
+
+
+def test_a_webhooks_write_lets_the_writers_lock_go_before_its_commit(store: Store) -> None:
+    # The next process's writer takes the writers' lock while this commit ends (and waits
+    # at BEGIN for SQLite's lock, released inside the commit), not also while this thread
+    # waits for the GIL after it; the intake's lock is held shared: another inbox writer
+    # may take it, a webhook staged into the intake may not (judged after this commit).
+    inbox = store.inbox
+    assert inbox._writers is not None and inbox.intake is not None
+    conn = inbox._held._held_one().conn  # this thread's: the one the write uses
+    writers = WritersLock(inbox._writers.path)
+    intake_lock = WritersLock(inbox.intake._lock.path, stamped=False)
+    seen: dict[str, bool] = {}
+
+    def free(lock: WritersLock, **shared: bool) -> bool:
+        try:
+            with lock.hold(timeout=0, **shared):
+                return True
+        except TimeoutError:
+            return False
+
+    def trace(statement: str) -> None:
+        if statement == "COMMIT":
+            seen["writers"] = free(writers)
+            seen["intake, shared"] = free(intake_lock, shared=True)
+            seen["intake, alone"] = free(intake_lock)
+
+    conn.set_trace_callback(trace)
+    try:
+        answer = receive(store, encode(build_event("payment_succeeded", event_id="evt_c")))
+    finally:
+        conn.set_trace_callback(None)
+    assert answer.result == "inserted" and not answer.staged
+    assert seen == {"writers": True, "intake, shared": True, "intake, alone": False}
+    assert rows(store, "SELECT event_id FROM hookledger_event") == [("evt_c",)]
+
+
+def test_a_webhook_waits_at_begin_for_another_connections_write_and_no_longer(
+    store: Store, database: Path
+) -> None:
+    # Another connection (the shop's own writes, a script: no writers' lock) holds SQLite's
+    # write lock. The webhook's BEGIN IMMEDIATE is tried again until the lock is free; held
+    # past the webhook's patience, the webhook goes to the intake, answered all the same.
+    other = sqlite3.connect(str(database), isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.01, lambda: other.execute("COMMIT")).start()
+        answer = receive(store, encode(build_event("payment_succeeded", event_id="evt_w")))
+        assert answer.result == "inserted" and not answer.staged  # waited 10 ms, then wrote
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.monotonic()
+            staged = receive(store, encode(build_event("payment_succeeded", event_id="evt_s")))
+            waited = time.monotonic() - started
+        finally:
+            other.execute("COMMIT")
+        assert staged.result == "inserted" and staged.staged
+        assert waited < 5  # the patience (40 ms), not the store's 60 s write wait
+        assert intake_rows(database) == [("evt_s", "inserted")]
+    finally:
+        other.close()
