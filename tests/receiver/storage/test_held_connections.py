@@ -161,3 +161,57 @@ def test_sqlite_the_busy_timeout_is_said_once_per_connection_and_value(
     (conn,) = sqlite_held.connections()
     assert conn.execute("PRAGMA busy_timeout").fetchone() == (40,)
     assert "PRAGMA busy_timeout=40" in said
+
+
+def test_sqlite_begin_immediate_is_tried_again_until_the_lock_is_free_or_the_wait_ends(
+    engine: sa.Engine, sqlite_held: HeldConnections
+) -> None:
+    # With busy_ms, BEGIN IMMEDIATE polls (every 0.2 ms, the connection's own busy timeout
+    # 0) instead of SQLite's handler, which sleeps 1, 2, 5, 10 ms... between tries.
+    import sqlite3
+    import time
+
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    other = sqlite3.connect(engine.url.database, isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.03, lambda: other.execute("COMMIT")).start()
+        insert = "INSERT INTO t VALUES (1)"
+        assert (
+            sqlite_held.transaction(
+                lambda c: c.execute(insert).rowcount, busy_ms=5000, immediate=True
+            )
+            == 1
+        )
+        (conn,) = sqlite_held.connections()
+        assert conn.execute("PRAGMA busy_timeout").fetchone() == (0,)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.monotonic()
+            with pytest.raises(sa.exc.OperationalError) as caught:
+                sqlite_held.transaction(lambda c: None, busy_ms=50, immediate=True)
+            assert 0.05 <= time.monotonic() - started < 2
+            assert "locked" in str(caught.value.orig)
+        finally:
+            other.execute("COMMIT")
+        # A read on that connection refused as busy (rare in WAL mode: a WAL index being
+        # rebuilt) is tried again, as the busy timeout did, rather than failing at once.
+        held = sqlite_held._held_one()
+        real = held.conn
+        refusals = [sqlite3.OperationalError("database is locked")] * 3
+
+        class Busy:
+            def execute(self, *args: object) -> object:
+                if refusals:
+                    raise refusals.pop()
+                return real.execute(*args)
+
+        held.conn = Busy()
+        try:
+            assert sqlite_held.fetchall("SELECT k FROM t", ()) == [(1,)]
+        finally:
+            held.conn = real
+        assert not refusals
+    finally:
+        other.close()
