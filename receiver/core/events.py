@@ -244,20 +244,10 @@ class Event:
         When the object carries no status, the status the event type implies is used
         (``receiver.core.status.STATUS_FOR_EVENT``), provided the event type is about that kind.
         """
-        reference = self._reference()
-        if reference is None:
-            return None
-        object_id = reference.object_id
-        if object_id is None or not object_id.strip():
-            return None
-        status = reference.status
-        if status is None:
-            implied = STATUS_FOR_EVENT.get(self.event_type)
-            if implied is not None and implied[0] == reference.kind:
-                status = implied[1]
-        return ObjectRef(
-            kind=reference.kind, object_id=object_id, status=status, stage=reference.stage
-        )
+        stored = _OBJECT_SLOT.__get__(self, Event)
+        if type(stored) is _Unparsed:
+            return stored.object_ref(self.event_type)
+        return _object_ref(None if stored is None else Reference.of(stored), self.event_type)
 
     def _expect(self, resource_type: type[_R], content_type: str) -> _R:
         if isinstance(self.object, resource_type):
@@ -302,21 +292,49 @@ class Event:
         return self._expect(Subscription, "subscription_details")
 
 
+def _object_ref(reference: Reference | None, event_type: str) -> ObjectRef | None:
+    """:attr:`Event.object_ref` of an object's ``reference`` in an event of ``event_type``."""
+    if reference is None:
+        return None
+    object_id = reference.object_id
+    if object_id is None or not object_id.strip():
+        return None
+    status = reference.status
+    if status is None:
+        implied = STATUS_FOR_EVENT.get(event_type)
+        if implied is not None and implied[0] == reference.kind:
+            status = implied[1]
+    return ObjectRef(kind=reference.kind, object_id=object_id, status=status, stage=reference.stage)
+
+
 class _Unparsed:
     """An event's ``content.object`` whose typed resource is not built yet: its content
-    type (one of :data:`RESOURCE_TYPES`) and mapping, and its reference once read."""
+    type (one of :data:`RESOURCE_TYPES`) and mapping, and its reference once read.
 
-    __slots__ = ("content_type", "data", "_reference")
+    Its :class:`ObjectRef` is kept too, with the event type it was made for (the status it
+    falls back on depends on it): the receive path reads it twice, to check the event is
+    storable and to build its inbox row."""
+
+    __slots__ = ("content_type", "data", "_reference", "_object_ref")
 
     def __init__(self, content_type: str, data: Mapping[str, Any]) -> None:
         self.content_type = content_type
         self.data = data
         self._reference: Reference | None = None
+        self._object_ref: tuple[str, ObjectRef | None] | None = None
 
     def reference(self) -> Reference | None:
         if self._reference is None:
             self._reference = reference_of(self.content_type, self.data)
         return self._reference
+
+    def object_ref(self, event_type: str) -> ObjectRef | None:
+        kept = self._object_ref
+        if kept is not None and kept[0] == event_type:
+            return kept[1]
+        ref = _object_ref(self.reference(), event_type)
+        self._object_ref = (event_type, ref)
+        return ref
 
     def __repr__(self) -> str:
         return f"<{self.content_type} not parsed yet>"
@@ -408,18 +426,18 @@ def _check_storable(event: Event) -> None:
     """Refuse text no database column can hold: NUL characters (PostgreSQL rejects them) and
     unpaired surrogates (from JSON escapes like ``\\ud800``; not encodable as UTF-8)."""
     ref = event.object_ref
-    fields = {
-        "event_id": event.event_id,
-        "event_type": event.event_type,
-        "merchant_id": event.merchant_id,
-        "content.type": event.content_type,
-        "object id": ref.object_id if ref else None,
-        "object status": ref.status if ref else None,
-        "dispute stage": ref.stage if ref else None,
-    }
-    for name, value in fields.items():
-        if value is None:
-            continue
+    fields = (
+        ("event_id", event.event_id),
+        ("event_type", event.event_type),
+        ("merchant_id", event.merchant_id),
+        ("content.type", event.content_type),
+        ("object id", ref.object_id if ref else None),
+        ("object status", ref.status if ref else None),
+        ("dispute stage", ref.stage if ref else None),
+    )
+    for name, value in fields:
+        if value is None or (value.isascii() and "\x00" not in value):
+            continue  # ASCII holds no surrogate: not encoded to tell
         if "\x00" in value:
             raise MalformedEvent(f"{name} contains a NUL character")
         try:

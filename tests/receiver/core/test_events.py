@@ -520,6 +520,43 @@ def test_object_ref_without_id_is_none(obj: dict[str, Any]) -> None:
     assert parse_event(_body(obj=obj)).object_ref is None
 
 
+def test_object_ref_is_kept_per_event_type() -> None:
+    """Read twice on the receive path, made once; a copy of another event type (whose
+    object is parsed then) gets its own."""
+    event = parse_event(_body("payment_succeeded", obj={"payment_id": "p"}))
+    assert event.object_ref is event.object_ref
+    other = dataclasses.replace(event, event_type="payment_failed")
+    assert other.object_ref == ObjectRef("payment", "p", "failed")
+    assert event.object_ref == ObjectRef("payment", "p", "succeeded")
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        ("event_id", r"evt_\u0000", "event_id contains a NUL character"),
+        ("event_id", r"evt_\u00e9\u0000", "event_id contains a NUL character"),
+        ("event_id", r"evt_\ud800", "event_id contains an unpaired surrogate escape"),
+        ("merchant_id", r"m\u00e9\udfff", "merchant_id contains an unpaired surrogate escape"),
+        ("payment_id", r"p\u0000", "object id contains a NUL character"),
+        ("status", r"\ud83d", "object status contains an unpaired surrogate escape"),
+    ],
+)
+def test_text_no_column_holds_is_refused(where: str, value: str, message: str) -> None:
+    body = _body(obj={"payment_id": "p", "status": "succeeded"}).decode()
+    doc = json.loads(body)
+    target = doc["content"]["object"] if where in ("payment_id", "status") else doc
+    target[where] = "@@"
+    text = json.dumps(doc).replace('"@@"', f'"{value}"')
+    with pytest.raises(MalformedEvent, match=message):
+        parse_event(text.encode())
+
+
+@pytest.mark.parametrize("value", [r"evt_\u00e9\u4e2d", r"evt_\ud83d\ude00", "evt_plain"])
+def test_non_ascii_text_that_encodes_is_storable(value: str) -> None:
+    text = _body().decode().replace('"evt_018e48d5ad6c73d5a289342e6132b224"', f'"{value}"')
+    assert parse_event(text.encode()).event_id == json.loads(f'"{value}"')
+
+
 # --- accessors ----------------------------------------------------------------------------
 
 
