@@ -138,30 +138,31 @@ def event_row(
     else:
         kind = object_id = object_status = object_stage = None
         object_key = accounts.event_key(account, event.event_id)
-    return dict(
-        account=account,
-        event_id=event.event_id,
-        source=source,
-        merchant_id=_clip(event.merchant_id, 255),
-        event_type=_clip(event.event_type, 64),
-        content_type=_clip(event.content_type, 64),
-        object_kind=kind,
-        object_id=_clip(object_id, 255),
-        object_status=_clip(object_status, 64),
-        object_stage=_clip(object_stage, 64),
-        object_key=object_key[:300],
-        event_time=as_utc(event.timestamp) if event.timestamp else now,
-        object_created_at=event.object_created_time,
-        received_at=now,
-        body=body,
-        headers=headers,
-        body_sha256=body_sha256(body),
-        secret_id=secret_id,
-        replay_of=replay_of,
-        status=EventStatus.PENDING,
-        attempts=0,
-        next_attempt_at=now,
-    )
+    timestamp = event.timestamp
+    return {  # a literal: dict(**keywords) costs a microsecond more, on every delivery
+        "account": account,
+        "event_id": event.event_id,
+        "source": source,
+        "merchant_id": _clip(event.merchant_id, 255),
+        "event_type": _clip(event.event_type, 64),
+        "content_type": _clip(event.content_type, 64),
+        "object_kind": kind,
+        "object_id": _clip(object_id, 255),
+        "object_status": _clip(object_status, 64),
+        "object_stage": _clip(object_stage, 64),
+        "object_key": object_key[:300],
+        "event_time": as_utc(timestamp) if timestamp else now,
+        "object_created_at": event.object_created_time,
+        "received_at": now,
+        "body": body,
+        "headers": headers,
+        "body_sha256": body_sha256(body),
+        "secret_id": secret_id,
+        "replay_of": replay_of,
+        "status": EventStatus.PENDING,
+        "attempts": 0,
+        "next_attempt_at": now,
+    }
 
 
 class Inbox:
