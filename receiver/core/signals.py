@@ -152,6 +152,8 @@ def rejected(exc: Exception, account: str | None = None) -> None:
 def received(event: Any, result: str, secret_id: str | None) -> None:
     """Send :data:`event_received` (and :data:`event_conflict` for a conflicting body) for a
     stored delivery (from the receive view, after the commit)."""
+    if not event_received.receivers and not (result == "conflict" and event_conflict.receivers):
+        return  # nobody listens: not even the signals' fields are gathered
     info = {
         "event_id": event.event_id,
         "event_type": event.event_type,

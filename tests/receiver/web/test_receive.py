@@ -17,6 +17,7 @@ from receiver.extension import WebhookReceiver
 from receiver.storage.tables import EventConflict, InboxEvent
 from receiver.testing import WebhookTestClient, signed_headers
 from receiver.testing.factories import build_event, encode
+from receiver.web.blueprint import _received
 from tests.conftest import SECRETS, AppFactory
 
 pytestmark = pytest.mark.storage
@@ -123,6 +124,12 @@ def test_signed_but_malformed_gets_400_and_nothing_is_stored(
     assert response.status_code == 400
     assert response.get_json()["error"]["code"] == "HL_04"
     assert _count(app) == 0
+
+
+@pytest.mark.parametrize("event_id", ["evt_1", 'e"\\/\u00e9\u2028\ud800\x00\x1f', ""])
+@pytest.mark.parametrize("result", ["inserted", "duplicate", "conflict"])
+def test_the_answer_is_the_json_it_always_was(result: str, event_id: str) -> None:
+    assert _received(result, event_id) == json.dumps({"status": result, "event_id": event_id})
 
 
 def test_body_over_the_cap_gets_413_and_nothing_is_stored(make_app: AppFactory) -> None:

@@ -109,6 +109,27 @@ def test_a_conflicting_body_and_a_deferral(
     assert "event-dispatched" not in _names(caught) and "handler-failed" not in _names(caught)
 
 
+def test_a_conflict_reaches_its_listener_when_no_one_listens_for_receipts(
+    make_app: AppFactory,
+) -> None:
+    """Nobody listens for ``event_received``: ``event_conflict`` is still sent."""
+    seen: list[dict[str, Any]] = []
+
+    def conflict(sender: Any, **info: Any) -> None:
+        seen.append(info)
+
+    signals.event_conflict.connect(conflict)
+    try:
+        app, _ = make_app()
+        client = WebhookTestClient(app)
+        client.send("refund_succeeded", event_id="evt_k", object_id="ref_1", amount=100)
+        client.send("refund_succeeded", event_id="evt_k", object_id="ref_1", amount=200)
+    finally:
+        signals.event_conflict.disconnect(conflict)
+    assert seen == [{"event_id": "evt_k", "event_type": "refund_succeeded",
+                     "source": "webhook", "account": "default"}]  # fmt: skip
+
+
 def test_a_receiver_that_raises_never_breaks_receiving(make_app: AppFactory) -> None:
     def angry(sender: Any, **info: Any) -> None:
         raise RuntimeError("pager down")
