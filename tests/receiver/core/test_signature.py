@@ -4,7 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from receiver.core.errors import ConfigurationError, SignatureError
+from receiver.core.errors import (
+    ConfigurationError,
+    SignatureError,
+    SignatureMalformed,
+    SignatureMissing,
+)
 from receiver.core.signature import Secret, parse_secrets, sign, verify
 
 VECTOR_KEY = "hmac_secret_1234"
@@ -56,6 +61,34 @@ def test_rotation_reports_which_secret_matched() -> None:
 def test_bad_signatures_rejected(signature: str | None) -> None:
     with pytest.raises(SignatureError):
         verify(VECTOR_MESSAGE, signature, [Secret.of("k", VECTOR_KEY)])
+
+
+@pytest.mark.parametrize(
+    ("signature", "error"),
+    [
+        (None, SignatureMissing),
+        (" \t ", SignatureMissing),
+        ("abc", SignatureMalformed),
+        (VECTOR_HEX[:64] + "  " + VECTOR_HEX[66:], SignatureMalformed),  # white space inside
+        (VECTOR_HEX[:64] + "\t\n" + VECTOR_HEX[66:], SignatureMalformed),
+        (VECTOR_HEX[:64] + "\x0b\x0c" + VECTOR_HEX[66:], SignatureMalformed),
+        ("\u0663" * 128, SignatureMalformed),  # a digit, not an ASCII one
+        ("\uff10" * 128, SignatureMalformed),
+        ("0x" + VECTOR_HEX[2:], SignatureMalformed),
+        (VECTOR_HEX[:-1] + "g", SignatureMalformed),
+        ("0" * 128, SignatureError),
+        (VECTOR_HEX[:-1] + ("1" if VECTOR_HEX[-1] != "1" else "2"), SignatureError),
+    ],
+)
+def test_each_bad_signature_is_told_apart(signature: str | None, error: type[Exception]) -> None:
+    with pytest.raises(SignatureError) as raised:
+        verify(VECTOR_MESSAGE, signature, [Secret.of("k", VECTOR_KEY)])
+    assert type(raised.value) is error
+
+
+def test_mixed_case_hex_accepted() -> None:
+    mixed = "".join(c.upper() if i % 2 else c for i, c in enumerate(VECTOR_HEX))
+    assert verify(VECTOR_MESSAGE, mixed, [Secret.of("k", VECTOR_KEY)]) == "k"
 
 
 def test_no_secret_is_a_configuration_error() -> None:
