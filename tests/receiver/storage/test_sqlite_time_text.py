@@ -61,3 +61,33 @@ def test_every_time_column_written_by_utc_text_takes_sqlalchemys_text() -> None:
     for name in replaced:
         own = EVENT.c[name].type.dialect_impl(_DIALECT).bind_processor(_DIALECT)
         assert own is not None and own(value) == utc_text(value), name
+
+
+_MAYBE_TIMES = st.one_of(st.none(), _TIMES)
+
+
+@given(
+    event_time=_MAYBE_TIMES, created=_MAYBE_TIMES, received=_TIMES, later=_MAYBE_TIMES,
+    shared=st.booleans(),
+)  # fmt: skip
+def test_a_bound_row_is_each_column_bound_alone(
+    event_time: datetime | None,
+    created: datetime | None,
+    received: datetime,
+    later: datetime | None,
+    shared: bool,
+) -> None:
+    """:meth:`SQLiteStatements.bound_event` takes the values in one call and writes a time
+    shared by two columns once: each value is still what its column's processor makes."""
+    from receiver.storage.sql.sqlite import SQLiteStatements
+
+    sql = SQLiteStatements()
+    values = {name: f"{name} value" for name, _ in sql._event_binds}
+    values.update(
+        event_time=event_time,
+        object_created_at=created,
+        received_at=received,
+        next_attempt_at=received if shared else later,
+    )
+    one_by_one = [bind(values[name]) if bind else values[name] for name, bind in sql._event_binds]
+    assert sql.bound_event(values) == one_by_one
