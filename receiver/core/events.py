@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, cast
@@ -224,6 +224,14 @@ class Event:
             else None,
             raw=data,
         )
+
+    def for_account(self, account: str) -> Event:
+        """``replace(self, account=account)``, its object left unparsed if it is: ``replace``
+        reads every field, and reading ``object`` builds the typed resource, which the
+        receive path (that files a delivery under the account it came to) never reads."""
+        copy = replace(self, object=None, account=account)
+        _OBJECT_SLOT.__set__(copy, _OBJECT_SLOT.__get__(self, Event))
+        return copy
 
     @property
     def is_known(self) -> bool:

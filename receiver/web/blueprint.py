@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from json.encoder import encode_basestring_ascii as _json_text
 
 from flask import Blueprint, Response, jsonify, request
@@ -201,7 +200,7 @@ def receive(account_id: str | None = None) -> tuple[Response, int]:
         # delivery). Another account's delivery refused above says nothing of this one's.
         state.store.operations.note_delivery(state.store.now(), account=account.id)
         if account.id != event.account:
-            event = replace(event, account=account.id)
+            event = event.for_account(account.id)
         check_event_age(event, state.settings.data.max_event_age, state.store.now)
         outcome = state.store.inbox.insert(
             event,

@@ -13,6 +13,7 @@ import pytest
 from receiver.core.codes import Retry
 from receiver.core.errors import MalformedEvent, ReceiveError, UnknownEventType
 from receiver.core.events import (
+    _OBJECT_SLOT,
     CONTENT_TYPE_FOR_CLASS,
     CONTENT_TYPES,
     EVENT_CLASSES,
@@ -555,6 +556,21 @@ def test_text_no_column_holds_is_refused(where: str, value: str, message: str) -
 def test_non_ascii_text_that_encodes_is_storable(value: str) -> None:
     text = _body().decode().replace('"evt_018e48d5ad6c73d5a289342e6132b224"', f'"{value}"')
     assert parse_event(text.encode()).event_id == json.loads(f'"{value}"')
+
+
+@pytest.mark.parametrize("content_type", [*CONTENT_TYPES, "unknown_details", None])
+def test_for_account_is_replace_without_parsing_the_object(content_type: str | None) -> None:
+    body = _body(content_type=content_type, obj={"payment_id": "p", "refund_id": "r"})
+    event = parse_event(body)
+    moved = event.for_account("seller_1")
+    assert type(_OBJECT_SLOT.__get__(moved, Event)) is type(_OBJECT_SLOT.__get__(event, Event))
+    assert moved.object_ref == event.object_ref
+    assert moved == dataclasses.replace(parse_event(body), account="seller_1")
+    assert repr(moved) == repr(dataclasses.replace(parse_event(body), account="seller_1"))
+    assert event.account == "default" and moved.account == "seller_1"
+    parsed = parse_event(body)
+    parsed_object = parsed.object  # built: the copy carries the typed resource
+    assert parsed.for_account("seller_1").object is parsed_object
 
 
 # --- accessors ----------------------------------------------------------------------------
