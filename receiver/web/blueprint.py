@@ -62,20 +62,21 @@ def _read_body(limit: int) -> bytes:
     """The body, refused with :class:`PayloadTooLarge` past ``limit`` bytes: unread when its
     declared length says so, else after reading ``limit + 1`` bytes at most.
 
-    Read exactly as ``request.stream.read(limit + 1)`` read it, but straight from the WSGI
-    input. A server that ends the input itself (``wsgi.input_terminated``: gunicorn) gets
-    that very read. Otherwise werkzeug's stream is a ``LimitedStream`` of the declared
-    length, which allocates and zeroes a ``limit + 1`` byte buffer for every read (a
-    megabyte by default, whatever the body's size); here the declared length is read in
-    one call, as it reads it, and a read that gets nothing or fails is the client gone
+    Read exactly as ``request.stream.read(limit + 1)`` read it. A server that ends the input
+    itself (``wsgi.input_terminated``: gunicorn), or a host app that caps bodies too
+    (Flask's ``MAX_CONTENT_LENGTH``, whose 413 its stream raises), gets that very read.
+    Otherwise werkzeug's stream is a ``LimitedStream`` of the declared length, which
+    allocates and zeroes a ``limit + 1`` byte buffer for every read (a megabyte by default,
+    whatever the body's size): here the declared length is read from the WSGI input in one
+    call, as it reads it, and a read that gets nothing or fails is the client gone
     (werkzeug's :class:`ClientDisconnected`, its 400), as it makes it. Without a declared
     length (none, or chunked) such a server's body is empty, as werkzeug's stream is."""
     declared = request.content_length  # None: no header, or Transfer-Encoding: chunked
     if declared is not None and declared > limit:
         raise PayloadTooLarge()
     environ = request.environ
-    if "wsgi.input_terminated" in environ:
-        body: bytes = environ["wsgi.input"].read(limit + 1)
+    if "wsgi.input_terminated" in environ or request.max_content_length is not None:
+        body: bytes = request.stream.read(limit + 1)
         if len(body) > limit:
             raise PayloadTooLarge()
         return body

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from flask import Flask, request
-from werkzeug.exceptions import ClientDisconnected
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 from werkzeug.test import EnvironBuilder
 
 from receiver.core.errors import PayloadTooLarge
@@ -86,17 +86,21 @@ def _outcome(app: Flask, environ: dict[str, Any], read: Any) -> tuple[Any, int]:
     with app.request_context(environ):
         try:
             result: Any = read(CAP)
-        except (PayloadTooLarge, ClientDisconnected) as exc:
+        except (PayloadTooLarge, ClientDisconnected, RequestEntityTooLarge) as exc:
             result = type(exc)
     return result, environ["wsgi.input"].tell()
 
 
 @pytest.mark.parametrize(("body", "declared", "terminated"), list(_cases()))
 @pytest.mark.parametrize("kind", ["buffered", "unbuffered", "short-reads"])
+@pytest.mark.parametrize("host_cap", [None, CAP // 2, CAP * 2], ids=lambda c: f"host-cap-{c}")
 def test_the_body_is_read_as_the_stream_read_it(
-    body: bytes, declared: str | None, terminated: bool, kind: str
+    body: bytes, declared: str | None, terminated: bool, kind: str, host_cap: int | None
 ) -> None:
+    """Whatever the server, the body and the host app's own cap (Flask's
+    ``MAX_CONTENT_LENGTH``, refused with werkzeug's 413)."""
     app = Flask("read_body")
+    app.config["MAX_CONTENT_LENGTH"] = host_cap
 
     def stream() -> Any:
         if kind == "buffered":
