@@ -46,15 +46,11 @@ log = logging.getLogger("receiver.store")
 #: How often a waiting ``BEGIN IMMEDIATE`` is tried again (see
 #: :meth:`HeldConnections._begin_immediate`).
 BEGIN_POLL_SECONDS = 0.0002
-#: A read refused as busy on such a connection (busy timeout 0) is tried again this often,
-#: for this long (see :meth:`HeldConnections.fetchall`).
-READ_POLL_SECONDS = 0.001
-READ_BUSY_SECONDS = 5.0
 
 T = TypeVar("T")
 
 
-def _is_busy(exc: Exception) -> bool:
+def _is_busy(exc: sqlite3.Error) -> bool:
     """SQLite's "database is locked" (``SQLITE_BUSY`` and its extended codes)."""
     name = str(getattr(exc, "sqlite_errorname", "") or "")
     return name.startswith("SQLITE_BUSY") or (
@@ -103,24 +99,12 @@ class HeldConnections:
 
     def fetchall(self, statement: str, params: Any) -> list[tuple[Any, ...]]:
         """Run ``statement`` (the driver's placeholders) as its own transaction on this
-        thread's connection; its rows. Raises SQLAlchemy's ``DBAPIError`` subclasses.
-        SQLite, on a connection whose busy timeout :meth:`_begin_immediate` set to 0: a read
-        refused as busy (rare in WAL mode: a WAL index being rebuilt) is tried again for
-        up to :data:`READ_BUSY_SECONDS`, as the busy timeout did."""
-        deadline: float | None = None
-        attempt = 1
-        while True:
-            held = self._held_one()
-            conn = held.conn
+        thread's connection; its rows. Raises SQLAlchemy's ``DBAPIError`` subclasses."""
+        for attempt in (1, 2):
+            conn = self._connection()
             try:
                 return conn.execute(statement, params).fetchall()  # type: ignore[no-any-return]
             except self._driver_error as exc:
-                if not self._pg and held.busy_ms == 0 and _is_busy(exc):
-                    now = time.monotonic()
-                    deadline = now + READ_BUSY_SECONDS if deadline is None else deadline
-                    if now < deadline:
-                        time.sleep(READ_POLL_SECONDS)
-                        continue
                 broken = self._broken(conn)
                 if broken:
                     self._forget(conn)
@@ -130,9 +114,9 @@ class HeldConnections:
                         "database connection lost; writing the deliveries again on a new one",
                         extra={"action": "reconnect"},
                     )
-                    attempt += 1
                     continue
                 raise error from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def transaction(
         self,
