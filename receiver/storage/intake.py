@@ -15,9 +15,8 @@ answered at once.
 - **Dedupe stays exact.** A delivery is judged (new, duplicate, conflict) against the
   database's inbox, read without a lock (a WAL snapshot), and against the intake, under the
   intake's lock. A write to the database's inbox by the receive path holds the intake's lock
-  too (shared: such writes are ordered by the database's own lock, and do not wait for one
-  another's), from its read of the intake to its commit, and a move deletes from the intake
-  only after its commit: whichever comes first, the other one sees it.
+  too, from its read of the intake to its commit, and a move deletes from the intake only
+  after its commit: whichever comes first, the other one sees it.
 - **The move.** Deliveries go from the intake into the inbox in the order they arrived, as
   the receive path would have written them (the order index rows with them, a conflict into
   the conflicts table): by the next web write that gets the database's lock, in the same
