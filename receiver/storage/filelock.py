@@ -26,7 +26,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -140,18 +140,11 @@ class WritersLock:
         return self._fd
 
     @contextmanager
-    def hold(
-        self, timeout: float, *, patience: float | None = None, shared: bool = False
-    ) -> Iterator[Callable[[], None]]:
+    def hold(self, timeout: float, *, patience: float | None = None) -> Iterator[None]:
         """Hold the lock for the block; :class:`TimeoutError` if it stays taken for
         ``timeout`` seconds. With ``patience``: :class:`HeldTooLong` (a ``TimeoutError``) as
         soon as the process holding it has held it for longer than ``patience`` seconds, or
-        another thread of this one has kept it from us for that long.
-
-        The block gets ``release()``, which lets the lock go before the block ends (at most
-        once: the end of the block then only finishes). ``shared``: other processes' shared
-        holders may hold it at the same time, an exclusive holder may not (this process's
-        threads still take turns); a shared hold is never stamped."""
+        another thread of this one has kept it from us for that long."""
         if patience is not None and not self.stamped:
             raise ValueError("patience needs a stamped lock (its holder's time)")
         deadline = time.monotonic() + timeout
@@ -163,57 +156,42 @@ class WritersLock:
             raise TimeoutError("another thread held the writers' lock too long")
         try:
             fd = self._file()
-            self._take(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, deadline, patience)
-        except BaseException:
-            self._threads.release()
-            raise
-        stamped = self.stamped and not shared
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if released:
+            #: When the holder's stamp is worth reading again: not before its hold can have
+            #: passed ``patience`` (a read per poll would be a system call, and a wait for
+            #: the GIL, every 0.5 ms for nothing). A new holder only stamps a later time.
+            look_at = 0.0
+            while True:
+                try:
+                    _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                now = time.monotonic()
+                if patience is not None and now >= look_at:
+                    held = _held_for(fd)
+                    if held > patience:
+                        raise HeldTooLong("another process has held the writers' lock too long")
+                    look_at = now + max(patience - held, POLL_SECONDS)
+                if now >= deadline:
+                    raise TimeoutError("another process held the writers' lock too long")
+                time.sleep(POLL_SECONDS)
+            if not self.stamped:
+                try:
+                    yield
+                finally:
+                    _flock(fd, fcntl.LOCK_UN)
                 return
-            released = True
             try:
-                if stamped:
-                    _pwrite(fd, _NO_STAMP)
+                _pwrite(fd, _STAMP.pack(time.time()))
+                yield
             finally:
                 try:
-                    _flock(fd, fcntl.LOCK_UN)
+                    _pwrite(fd, _NO_STAMP)
                 finally:
-                    self._threads.release()
-
-        try:
-            if stamped:
-                _pwrite(fd, _STAMP.pack(time.time()))
-            yield release
+                    _flock(fd, fcntl.LOCK_UN)
         finally:
-            release()
-
-    @staticmethod
-    def _take(fd: int, operation: int, deadline: float, patience: float | None) -> None:
-        """Take the file's lock (``LOCK_EX`` or ``LOCK_SH``), polling; see :meth:`hold`."""
-        #: When the holder's stamp is worth reading again: not before its hold can have
-        #: passed ``patience`` (a read per poll would be a system call, and a wait for the
-        #: GIL, every 0.5 ms for nothing). A new holder only stamps a later time.
-        look_at = 0.0
-        while True:
-            try:
-                _flock(fd, operation | fcntl.LOCK_NB)
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-            now = time.monotonic()
-            if patience is not None and now >= look_at:
-                held = _held_for(fd)
-                if held > patience:
-                    raise HeldTooLong("another process has held the writers' lock too long")
-                look_at = now + max(patience - held, POLL_SECONDS)
-            if now >= deadline:
-                raise TimeoutError("another process held the writers' lock too long")
-            time.sleep(POLL_SECONDS)
+            self._threads.release()
 
 
 def _held_for(fd: int) -> float:

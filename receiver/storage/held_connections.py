@@ -33,7 +33,6 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -43,19 +42,7 @@ from sqlalchemy.exc import DBAPIError
 
 log = logging.getLogger("receiver.store")
 
-#: How often a waiting ``BEGIN IMMEDIATE`` is tried again (see
-#: :meth:`HeldConnections._begin_immediate`).
-BEGIN_POLL_SECONDS = 0.0002
-
 T = TypeVar("T")
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    """SQLite's "database is locked" (``SQLITE_BUSY`` and its extended codes)."""
-    name = str(getattr(exc, "sqlite_errorname", "") or "")
-    return name.startswith("SQLITE_BUSY") or (
-        not name and str(exc).startswith("database is locked")
-    )
 
 
 class _Held:
@@ -119,40 +106,29 @@ class HeldConnections:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def transaction(
-        self,
-        work: Callable[[Any], T],
-        *,
-        busy_ms: int | None = None,
-        immediate: bool = False,
-        before_commit: Callable[[], None] | None = None,
+        self, work: Callable[[Any], T], *, busy_ms: int | None = None, immediate: bool = False
     ) -> T:
         """``work(connection)`` between ``BEGIN`` (deferred on SQLite: the first write takes
         the lock) and ``COMMIT`` on this thread's connection, rolled back if anything fails.
         Driver errors are raised as SQLAlchemy's ``DBAPIError`` subclasses; anything else
         ``work`` raises, as it is. SQLite: ``busy_ms``, how long to wait for the database's
         write lock (the connection keeps it for its next transactions); ``immediate``: take
-        the lock at ``BEGIN`` (with ``busy_ms``: polled, see :meth:`_begin_immediate`).
-        ``before_commit()`` runs once ``work`` is done, just before ``COMMIT`` (the
-        receive path lets its file locks go there: see
-        :meth:`receiver.storage.inbox.Inbox._transaction`)."""
+        the lock at ``BEGIN``."""
         held = self._held_one()
         conn = held.conn
         statement = "BEGIN"
         try:
-            if immediate and busy_ms is not None and not self._pg:
-                self._begin_immediate(held, busy_ms)
-            else:
-                if busy_ms is not None and held.busy_ms != busy_ms:
-                    # Said once per connection and value (a connection keeps it), not per
-                    # transaction: one statement fewer for each of the receive path's writes.
-                    statement = "PRAGMA busy_timeout"
-                    self._set_busy(held, busy_ms)
-                    statement = "BEGIN"
-                conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            if busy_ms is not None and held.busy_ms != busy_ms:
+                # Said once per connection and value (a connection keeps it), not per
+                # transaction: one statement fewer for each of the receive path's writes.
+                statement = "PRAGMA busy_timeout"
+                held.busy_ms = None
+                conn.execute(f"PRAGMA busy_timeout={int(busy_ms):d}")
+                held.busy_ms = busy_ms
+                statement = "BEGIN"
+            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             statement = "(the transaction's statements)"
             result = work(conn)
-            if before_commit is not None:
-                before_commit()
             statement = "COMMIT"
             conn.execute("COMMIT")
             return result
@@ -161,33 +137,6 @@ class HeldConnections:
             if isinstance(exc, self._driver_error):
                 raise self._error(statement, exc, broken=self._broken(conn)) from exc
             raise
-
-    @staticmethod
-    def _set_busy(held: _Held, busy_ms: int) -> None:
-        held.busy_ms = None
-        held.conn.execute(f"PRAGMA busy_timeout={int(busy_ms):d}")
-        held.busy_ms = busy_ms
-
-    def _begin_immediate(self, held: _Held, busy_ms: int) -> None:
-        """SQLite: ``BEGIN IMMEDIATE``, tried again every :data:`BEGIN_POLL_SECONDS` while
-        another connection holds the database's write lock, for up to ``busy_ms``; then the
-        driver's "database is locked". SQLite's own busy handler sleeps 1, 2, 5, 10 ms...
-        between tries: a writer of the receive path, which lets the writers' lock go just
-        before its ``COMMIT``, is followed by the next one while that commit (a disk flush,
-        a fraction of a millisecond) ends, and a sleep of a millisecond or more would leave
-        the lock idle. The connection's own busy timeout is 0 (said once)."""
-        if held.busy_ms != 0:
-            self._set_busy(held, 0)
-        conn = held.conn
-        deadline = time.monotonic() + busy_ms / 1000
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() >= deadline:
-                    raise
-            time.sleep(BEGIN_POLL_SECONDS)
 
     def _roll_back(self, conn: Any) -> None:
         try:

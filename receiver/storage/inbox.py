@@ -421,14 +421,12 @@ class Inbox:
         *,
         busy: float | None = None,
         notes: Sequence[tuple[str, str]] = (),
-        release_writers: Callable[[], None] | None = None,
     ) -> list[Inserted]:
         """Insert deliveries in one transaction of the database (the caller holds its writers'
         lock); with an intake, what waits there is moved in the same transaction, first (see
         :mod:`receiver.storage.intake`), with ``notes`` (first deliveries: account, time).
-        ``busy``: wait that long for SQLite's lock, then raise :class:`_Busy`.
-        ``release_writers``: the receive path's (see :meth:`_transaction`)."""
-        return self._transaction(rows, busy=busy, notes=notes, release_writers=release_writers)[0]
+        ``busy``: wait that long for SQLite's lock, then raise :class:`_Busy`."""
+        return self._transaction(rows, busy=busy, notes=notes)[0]
 
     def _transaction(
         self,
@@ -437,7 +435,6 @@ class Inbox:
         busy: float | None = None,
         notes: Sequence[tuple[str, str]] = (),
         limit: int = MOVE_BATCH,
-        release_writers: Callable[[], None] | None = None,
     ) -> tuple[list[Inserted], int, int]:
         """:meth:`_insert_transaction`, how many deliveries it read from the intake (at most
         ``limit``, besides those of ``rows``' event ids) and how many of them it moved.
@@ -448,22 +445,10 @@ class Inbox:
         webhook that goes to the intake never waits behind a writer that waits for a long
         holder of the database's lock (an operator's command, the shop's own writes, a
         script). It is taken even before the intake file exists: a webhook staged by
-        another process meanwhile (making the file) is judged after this commit.
-
-        The receive path (``release_writers``: its hold of the database's writers' lock)
-        lets the writers' lock go just before ``COMMIT``, and takes the intake's lock
-        shared: the next process's writer takes the writers' lock and waits at ``BEGIN``
-        for this commit alone (SQLite's write lock, released inside the commit), not also
-        for this thread to get the GIL back after it (on a busy web worker, a millisecond
-        or more: it was most of a receive transaction's hold). Writers of the inbox hold
-        the intake's lock shared, so they do not wait for one another's; its writers (a
-        webhook staged, an explicit move) hold it alone, so a webhook is still judged
-        against every inbox write before or after it, exactly. Two inbox writers may then
-        read the same deliveries waiting in the intake; the second finds them in the
-        inbox (duplicates of themselves) and only deletes them, as after a crash."""
+        another process meanwhile (making the file) is judged after this commit."""
         intake = self.intake
         if intake is None:
-            return self._write(rows, None, notes, busy, before_commit=release_writers), 0, 0
+            return self._write(rows, None, notes, busy), 0, 0
         keys = {(values["account"], values["event_id"]) for values in rows}
         taken: list[tuple[list[Staged], list[tuple[str, str]]]] = []
         replaced: list[bool] = []
@@ -473,9 +458,7 @@ class Inbox:
                 def take() -> tuple[Sequence[Staged], list[tuple[str, str]]]:
                     # (Inside the database's transaction, its write lock held.)
                     try:
-                        held.enter_context(
-                            intake.hold(self._write_wait, shared=release_writers is not None)
-                        )
+                        held.enter_context(intake.hold(self._write_wait))
                     except OSError:
                         if intake.exists():
                             raise
@@ -499,7 +482,7 @@ class Inbox:
                     return staged, [*waiting, *notes]
 
                 stuck: list[Staged] = []
-                written = self._write(rows, take, notes, busy, stuck, release_writers)
+                written = self._write(rows, take, notes, busy, stuck)
                 if not taken:
                     return written, 0, 0
                 staged, waiting = taken[0]
@@ -533,12 +516,10 @@ class Inbox:
         notes: Sequence[tuple[str, str]],
         busy: float | None,
         stuck: list[Staged] | None = None,
-        before_commit: Callable[[], None] | None = None,
     ) -> list[Inserted]:
         """The database's transaction of :meth:`_transaction`: ``take()``, called once the
         database's write lock is held, gives what to move from the intake (and the notes);
-        the deliveries the inbox refused are added to ``stuck``; ``before_commit()`` runs
-        just before ``COMMIT``."""
+        the deliveries the inbox refused are added to ``stuck``."""
         stuck = [] if stuck is None else stuck
 
         def on_driver(conn: Any) -> list[Inserted]:
@@ -556,7 +537,6 @@ class Inbox:
                     on_driver,
                     busy_ms=int(wait * 1000) if self.intake is not None else None,
                     immediate=self.intake is not None,
-                    before_commit=before_commit,
                 )
         except DBAPIError as exc:
             if busy is not None and is_transient_conflict(exc):
@@ -595,10 +575,8 @@ class Inbox:
             return [o for o in outcomes if o is not None]
         assert self._writers is not None
         try:
-            with self._writers.hold(self._write_wait, patience=STAGE_AFTER_SECONDS) as release:
-                return self._insert_transaction(
-                    rows, busy=STAGE_AFTER_SECONDS, release_writers=release
-                )
+            with self._writers.hold(self._write_wait, patience=STAGE_AFTER_SECONDS):
+                return self._insert_transaction(rows, busy=STAGE_AFTER_SECONDS)
         except (TimeoutError, _Busy):
             pass  # held for long: the intake
         except OSError as exc:  # the lock's file cannot be opened

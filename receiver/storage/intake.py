@@ -228,14 +228,10 @@ class Intake:
             )
             raise IntakeReplaced(f"{self.path} was deleted or replaced")
 
-    def hold(
-        self, timeout: float, *, shared: bool = False
-    ) -> AbstractContextManager[Callable[[], None]]:
+    def hold(self, timeout: float) -> AbstractContextManager[None]:
         """The intake's writers' lock (every write to the intake, and every write to the
-        inbox that reads the intake, holds it: see the module's docstring). ``shared``: the
-        receive path's writes to the inbox, which exclude the intake's writers but not one
-        another (the database's own lock orders them)."""
-        return self._lock.hold(timeout, shared=shared)
+        inbox that reads the intake, holds it: see the module's docstring)."""
+        return self._lock.hold(timeout)
 
     def _connections(self) -> HeldConnections:
         """This process's connections (the file and its tables made if need be)."""

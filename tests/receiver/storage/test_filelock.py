@@ -178,35 +178,3 @@ def test_patience_counts_from_when_the_holder_took_the_lock_even_a_new_holder(
     finally:
         holder.kill()
         holder.join(10)
-
-
-def test_shared_holds_go_together_and_exclude_an_exclusive_one(tmp_path: Path) -> None:
-    # (Separate open files of one process exclude each other as processes do.)
-    path = str(tmp_path / "db-hookledger-writers")
-    first, second, alone = WritersLock(path), WritersLock(path), WritersLock(path)
-    with first.hold(timeout=1, shared=True):
-        with second.hold(timeout=0.05, shared=True):
-            with pytest.raises(TimeoutError):
-                with alone.hold(timeout=0.05):
-                    pytest.fail("an exclusive hold beside shared ones")
-    with alone.hold(timeout=1):
-        with pytest.raises(TimeoutError):
-            with first.hold(timeout=0.05, shared=True):
-                pytest.fail("a shared hold beside an exclusive one")
-
-
-def test_release_lets_the_lock_go_before_the_block_ends(tmp_path: Path) -> None:
-    path = str(tmp_path / "db-hookledger-writers")
-    lock, other = WritersLock(path), WritersLock(path)
-    with lock.hold(timeout=1) as release:
-        with pytest.raises(TimeoutError):
-            with other.hold(timeout=0.05):
-                pass
-        release()
-        release()  # at most once
-        with other.hold(timeout=0.05):  # free now, while the block goes on
-            pass
-    # The block's end after an early release lets nothing go twice: the lock works on.
-    with lock.hold(timeout=1), pytest.raises(TimeoutError):
-        with other.hold(timeout=0.05):
-            pass
