@@ -444,10 +444,12 @@ def _check_storable(event: Event) -> None:
         ("dispute stage", ref.stage if ref else None),
     )
     for name, value in fields:
-        if value is None or (value.isascii() and "\x00" not in value):
-            continue  # ASCII holds no surrogate: not encoded to tell
+        if value is None:
+            continue
         if "\x00" in value:
             raise MalformedEvent(f"{name} contains a NUL character")
+        if value.isascii():
+            continue  # ASCII holds no surrogate: not encoded to tell
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:

@@ -189,10 +189,6 @@ def stored_of(row: Sequence[Any] | None) -> Stored | None:
     return None if row is None else Stored(int(row[0]), row[1], row[2])
 
 
-#: No value yet (:meth:`SQLiteStatements.bound_event`).
-_UNBOUND = object()
-
-
 def utc_text(value: datetime | None) -> str | None:
     """An aware time as the inbox stores it on SQLite: in UTC, ``YYYY-MM-DD HH:MM:SS.ffffff``
     (the text SQLAlchemy's ``UTCDateTime`` and SQLite ``DATETIME`` processors write, which
@@ -266,17 +262,10 @@ class SQLiteStatements(Statements):
 
         Taken in one C call (``itemgetter``), then only the few that a processor changes
         (the times) are changed: a Python loop over every column cost a microsecond on
-        every delivery. A webhook's ``received_at`` and ``next_attempt_at`` are one time,
-        written once."""
+        every delivery."""
         bound = list(self._event_values(values))
-        done: Any = _UNBOUND
-        done_by: Any = None
-        text: Any = None
         for index, bind in self._event_processed:
-            value = bound[index]
-            if value is not done or bind is not done_by:
-                done, done_by, text = value, bind, bind(value)
-            bound[index] = text
+            bound[index] = bind(bound[index])
         return bound
 
     def insert_delivery_on_driver(self, conn: Any, values: dict[str, Any]) -> int | None:
