@@ -110,13 +110,20 @@ class GroupCommit(Generic[T, R]):
                 self._queue.remove(slot)
             if slot.state != _LEAD:
                 return
-            following = self._queue[0] if self._queue else None
-            if following is None:
-                self._busy = False
-            else:
-                following.state = _LEAD
+            following = self._next_leader()
         if following is not None:
             following.wake.release()
+
+    def _next_leader(self) -> _Slot[T, R] | None:
+        """(Under the mutex, as a turn to lead ends.) The first item queued, told it leads
+        the next batch (its thread is woken by the caller, after the mutex); none queued:
+        the next submit leads."""
+        following = self._queue[0] if self._queue else None
+        if following is None:
+            self._busy = False
+        else:
+            following.state = _LEAD
+        return following
 
     def _lead_batch(self) -> None:
         """Write the next batch (this thread's item first in it), then hand over."""
@@ -154,11 +161,7 @@ class GroupCommit(Generic[T, R]):
         with self._mutex:
             for slot in batch:
                 slot.state = _DONE
-            following = self._queue[0] if self._queue else None
-            if following is None:
-                self._busy = False
-            else:
-                following.state = _LEAD
+            following = self._next_leader()
         # The leader's own slot is the batch's first: it is not waiting.
         for slot in batch[1:]:
             slot.wake.release()
