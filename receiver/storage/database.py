@@ -26,6 +26,7 @@ from sqlalchemy.pool import StaticPool
 
 from receiver.core.errors import ConfigurationError
 from receiver.storage.bounds import Bounds, bound
+from receiver.storage.checkpoints import take_checkpoints_aside
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 VERSION_TABLE = "hookledger_alembic_version"
@@ -166,6 +167,8 @@ def _configure_sqlite(engine: Engine, *, memory: bool, busy_ms: int) -> None:
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute(f"PRAGMA busy_timeout={busy_ms:d}")
         cursor.execute("PRAGMA foreign_keys=ON")
+        if not memory:
+            take_checkpoints_aside(cursor)
         cursor.close()
 
     @event.listens_for(engine, "begin")

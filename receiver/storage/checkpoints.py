@@ -1,0 +1,204 @@
+"""SQLite WAL checkpoints taken outside the writers' lock.
+
+In WAL mode a commit appends its pages to the ``-wal`` file; a *checkpoint* copies them back
+into the database file and flushes it to disk. By default SQLite runs one inside the commit
+that takes the log past 1,000 pages, in the committing thread, after SQLite's own write lock
+is let go. hookledger's writers hold their own lock (:mod:`receiver.storage.filelock`) across
+``COMMIT``, so that checkpoint ran inside it, and every other writer of the host waited for
+it. Its cost grows with the database (the pages are spread over the file): on a 380 MB
+inbox it took about 9 ms, once every 75 deliveries or so, 120 us per delivery on average,
+all of it while the other web processes' webhooks waited.
+
+So hookledger's connections take automatic checkpoints only far later
+(:data:`FALLBACK_PAGES`, a safety net), and one daemon thread per process takes them
+instead: every :data:`INTERVAL` seconds, for each database file this process has opened,
+if its log changed since the last look, a ``PASSIVE`` checkpoint on a connection of its own
+(it waits for no reader or writer, and no writer waits for it). Between two looks the log
+grows by a few thousand pages at most, at the highest rates measured; should the thread
+be stopped or stuck, SQLite's own checkpoint at :data:`FALLBACK_PAGES` keeps the log bounded,
+as before but later.
+
+A database only idle is looked at less and less often (up to :data:`IDLE_INTERVAL`), and the
+thread's connection to it is closed once it has been idle for :data:`CLOSE_AFTER`, so an idle
+process holds nothing open. A file that is gone is forgotten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger("hookledger.storage")
+
+#: Seconds between two looks at a database that is being written.
+INTERVAL = 0.1
+#: The longest wait between two looks at an idle database (seconds).
+IDLE_INTERVAL = 2.0
+#: An idle database's checkpoint connection is closed after this many seconds.
+CLOSE_AFTER = 10.0
+#: ``wal_autocheckpoint`` of hookledger's connections: SQLite checkpoints in the committing
+#: connection only when the log has grown this far (pages), which the thread never lets it do
+#: while it runs.
+FALLBACK_PAGES = 10_000
+#: Failing checkpoints are logged as a warning once they have failed for this long (seconds).
+WARN_AFTER = 30.0
+
+
+@dataclass(slots=True, eq=False)
+class _Database:
+    path: str
+    wal: str
+    seen: tuple[int, int] | None = None
+    conn: sqlite3.Connection | None = None
+    interval: float = INTERVAL
+    look_at: float = 0.0
+    changed_at: float = field(default_factory=time.monotonic)
+    failing_since: float | None = None
+    warned: bool = False
+
+
+class Checkpoints:
+    """The process's checkpointing thread and the database files it looks after."""
+
+    def __init__(self, *, thread: bool = True) -> None:
+        """``thread=False``: no thread is started; :meth:`look` takes the rounds (tests)."""
+        self._start = thread
+        self._mutex = threading.Lock()
+        self._databases: dict[str, _Database] = {}
+        self._pid = os.getpid()
+        self._thread: threading.Thread | None = None
+        #: Connections opened before a fork: never used or closed in the child.
+        self._inherited: list[sqlite3.Connection] = []
+
+    def __repr__(self) -> str:
+        return f"Checkpoints(databases={len(self._databases)})"
+
+    def watch(self, path: str) -> None:
+        """Look after the WAL of the database file ``path`` (absolute) from now on."""
+        with self._mutex:
+            if self._pid != os.getpid():  # forked: the parent's thread is not here
+                self._pid = os.getpid()
+                self._thread = None
+                for each in self._databases.values():
+                    if each.conn is not None:
+                        self._inherited.append(each.conn)
+                        each.conn = None
+            if path not in self._databases:
+                self._databases[path] = _Database(path, path + "-wal")
+            else:
+                self._databases[path].look_at = 0.0
+            if self._start and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(
+                    target=self._run, name="hookledger-checkpoints", daemon=True
+                )
+                self._thread.start()
+
+    def watching(self) -> list[str]:
+        with self._mutex:
+            return list(self._databases)
+
+    def _run(self) -> None:
+        wake = threading.Event()
+        while True:
+            try:
+                pause = self.look()
+            except Exception:  # noqa: BLE001 - the thread must live on; logged once below
+                log.debug("checkpoint round failed", exc_info=True)
+                pause = IDLE_INTERVAL
+            wake.wait(pause)
+
+    def look(self) -> float:
+        """One round: checkpoint each database whose log changed and is due for a look;
+        returns the seconds until the next one is due."""
+        with self._mutex:
+            databases = list(self._databases.values())
+        now = time.monotonic()
+        pause = IDLE_INTERVAL
+        for db in databases:
+            if db.look_at <= now:
+                self._look_at(db, now)
+            pause = min(pause, max(db.look_at - now, 0.0))
+        return max(pause, INTERVAL / 2)
+
+    def _look_at(self, db: _Database, now: float) -> None:
+        try:
+            stat = os.stat(db.wal)
+        except FileNotFoundError:
+            if not os.path.exists(db.path):
+                self._forget(db)
+                return
+            stat = None
+        except OSError:
+            stat = None
+        state = None if stat is None else (stat.st_mtime_ns, stat.st_size)
+        if state is None or state == db.seen:
+            db.interval = min(db.interval * 2, IDLE_INTERVAL)
+            db.look_at = now + db.interval
+            if db.conn is not None and now - db.changed_at > CLOSE_AFTER:
+                self._close(db)
+            return
+        db.seen, db.changed_at, db.interval = state, now, INTERVAL
+        db.look_at = now + INTERVAL
+        self._checkpoint(db, now)
+
+    def _checkpoint(self, db: _Database, now: float) -> None:
+        try:
+            if db.conn is None:
+                db.conn = sqlite3.connect(db.path, timeout=0.0, check_same_thread=False)
+                db.conn.execute("PRAGMA synchronous=FULL")
+            db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            self._close(db)
+            if db.failing_since is None:
+                db.failing_since = now
+            if not db.warned and now - db.failing_since >= WARN_AFTER:
+                db.warned = True
+                log.warning(
+                    "SQLite WAL checkpoints of %s have failed for %.0f s (%s); SQLite "
+                    "checkpoints in the writers' commits instead once the log reaches %d pages",
+                    os.path.basename(db.path),
+                    now - db.failing_since,
+                    type(exc).__name__,
+                    FALLBACK_PAGES,
+                    extra={"action": "checkpoint_failing"},
+                )
+            return
+        db.failing_since, db.warned = None, False
+
+    def _close(self, db: _Database) -> None:
+        conn, db.conn = db.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    def _forget(self, db: _Database) -> None:
+        self._close(db)
+        with self._mutex:
+            if self._databases.get(db.path) is db:
+                del self._databases[db.path]
+
+
+#: The process's checkpoints (one thread, started by the first SQLite connection it watches).
+CHECKPOINTS = Checkpoints()
+
+
+def take_checkpoints_aside(cursor: sqlite3.Cursor) -> None:
+    """On a new connection to a database in WAL mode: its commits leave checkpoints to the
+    process's thread (see the module's text); other databases are left as they are."""
+    row = cursor.execute("PRAGMA journal_mode").fetchone()
+    if row is None or str(row[0]).lower() != "wal":
+        return
+    path = next((r[2] for r in cursor.execute("PRAGMA database_list") if r[1] == "main"), "")
+    if not path:
+        return
+    cursor.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_PAGES:d}")
+    CHECKPOINTS.watch(path)
+
+
+__all__ = ["CHECKPOINTS", "Checkpoints", "take_checkpoints_aside"]

@@ -1,0 +1,182 @@
+"""WAL checkpoints are taken by the process's thread, outside the writers' lock, never in a
+commit (below the fallback's size); the thread follows forks and lets idle files go."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from receiver.storage import checkpoints
+from receiver.storage.checkpoints import CHECKPOINTS, FALLBACK_PAGES, Checkpoints
+from receiver.storage.database import make_engine
+
+PAGE = 4096
+
+
+def _engine(path: Path) -> Engine:
+    engine = make_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x BLOB)")
+    return engine
+
+
+def _write(engine: Engine, commits: int) -> None:
+    for _ in range(commits):
+        with engine.begin() as conn:
+            conn.exec_driver_sql("INSERT INTO t VALUES (randomblob(3000))")
+
+
+def _wal_frames(path: Path) -> tuple[int, int]:
+    """(frames in the log, frames checkpointed), from a connection of the test's own."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        _, frames, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return frames, done
+    finally:
+        conn.close()
+
+
+def test_commits_leave_checkpoints_to_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bug: SQLite's automatic checkpoint ran inside a commit every 1,000 pages, and so
+    # inside the writers' lock every other writer of the host waits on. With the thread
+    # kept out, 1,200 pages of commits leave the database file as it was: no commit
+    # checkpointed.
+    monkeypatch.setattr(CHECKPOINTS, "watch", lambda path: None)
+    path = tmp_path / "db.sqlite3"
+    engine = _engine(path)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == FALLBACK_PAGES
+        size = path.stat().st_size
+        _write(engine, 1200)
+        assert path.stat().st_size == size
+    finally:
+        engine.dispose()
+
+
+def test_the_thread_checkpoints_what_was_written(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    engine = _engine(path)
+    try:
+        assert str(path) in CHECKPOINTS.watching()
+        _write(engine, 300)
+        deadline = time.monotonic() + 10
+        while path.stat().st_size < 300 * PAGE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert path.stat().st_size >= 300 * PAGE  # copied into the database file
+        _write(engine, 50)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            frames, done = _wal_frames(path)
+            if frames == done:
+                break
+            time.sleep(0.05)
+        assert frames == done
+    finally:
+        engine.dispose()
+
+
+def test_a_database_in_memory_is_not_watched() -> None:
+    before = CHECKPOINTS.watching()
+    engine = make_engine("sqlite://")
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 1000
+    finally:
+        engine.dispose()
+    assert CHECKPOINTS.watching() == before
+
+
+def test_a_round_checkpoints_only_a_changed_log_and_lets_idle_files_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkpoints, "CLOSE_AFTER", 0.0)
+    path = tmp_path / "db.sqlite3"
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("CREATE TABLE t (x BLOB)")
+    own = Checkpoints(thread=False)
+    own.watch(str(path))
+    for _ in range(20):
+        writer.execute("INSERT INTO t VALUES (randomblob(3000))")
+    own.look()
+    frames, done = _wal_frames(path)
+    assert frames == done > 0
+    (db,) = own._databases.values()
+    assert db.conn is not None
+    db.look_at = 0.0
+    own.look()  # nothing written since: no checkpoint; idle for CLOSE_AFTER: let go
+    assert db.conn is None
+    assert db.interval > checkpoints.INTERVAL  # looked at less often while idle
+    writer.close()
+    for name in ("db.sqlite3", "db.sqlite3-wal", "db.sqlite3-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    db.look_at = 0.0
+    own.look()
+    assert own.watching() == []  # the file is gone: forgotten
+
+
+def test_a_failing_checkpoint_is_warned_of_once_it_persists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(checkpoints, "WARN_AFTER", 0.0)
+    path = tmp_path / "db.sqlite3"
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE t (x BLOB)")
+    own = Checkpoints(thread=False)
+    own.watch(str(path))
+    (db,) = own._databases.values()
+
+    class Broken:
+        def execute(self, *_args: object) -> object:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        def close(self) -> None:
+            pass
+
+    db.conn = Broken()  # type: ignore[assignment]
+    writer.execute("INSERT INTO t VALUES (1)")
+    own.look()
+    assert [r.action for r in caplog.records if hasattr(r, "action")] == ["checkpoint_failing"]
+    assert db.conn is None  # reopened at the next try
+    writer.execute("INSERT INTO t VALUES (2)")
+    db.look_at = 0.0
+    own.look()
+    assert _wal_frames(path)[0] == _wal_frames(path)[1]
+    writer.close()
+
+
+def test_a_forked_child_checkpoints_with_a_thread_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    engine = _engine(path)
+    _write(engine, 5)
+    engine.dispose()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread is not here
+        code = 1
+        try:
+            child = make_engine(f"sqlite:///{path}")
+            _write(child, 300)
+            deadline = time.monotonic() + 10
+            while path.stat().st_size < 300 * PAGE and time.monotonic() < deadline:
+                time.sleep(0.05)
+            code = 0 if path.stat().st_size >= 300 * PAGE else 2
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"\x00"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
