@@ -20,7 +20,10 @@ as before but later.
 
 A database only idle is looked at less and less often (up to :data:`IDLE_INTERVAL`), and the
 thread's connection to it is closed once it has been idle for :data:`CLOSE_AFTER`, so an idle
-process holds nothing open. A file that is gone is forgotten.
+process holds nothing open. A file that is gone is forgotten. A forked child (a gunicorn
+worker, say) gets a thread of its own for the files its parent watched, and a fork waits for
+the thread to be out of SQLite (a child forked while it held one of SQLite's mutexes would
+hang on it).
 """
 
 from __future__ import annotations
@@ -73,29 +76,59 @@ class Checkpoints:
         self._thread: threading.Thread | None = None
         #: Connections opened before a fork: never used or closed in the child.
         self._inherited: list[sqlite3.Connection] = []
+        #: Held by the thread while it is inside SQLite, and by a fork (``before_fork``):
+        #: a child forked while the thread held one of SQLite's own mutexes would hang on it.
+        self._in_sqlite = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Checkpoints(databases={len(self._databases)})"
 
     def watch(self, path: str) -> None:
         """Look after the WAL of the database file ``path`` (absolute) from now on."""
+        if self._pid != os.getpid():
+            self.after_fork()
         with self._mutex:
-            if self._pid != os.getpid():  # forked: the parent's thread is not here
-                self._pid = os.getpid()
-                self._thread = None
-                for each in self._databases.values():
-                    if each.conn is not None:
-                        self._inherited.append(each.conn)
-                        each.conn = None
             if path not in self._databases:
                 self._databases[path] = _Database(path, path + "-wal")
             else:
                 self._databases[path].look_at = 0.0
-            if self._start and (self._thread is None or not self._thread.is_alive()):
-                self._thread = threading.Thread(
-                    target=self._run, name="hookledger-checkpoints", daemon=True
-                )
-                self._thread.start()
+            self._ensure_thread()
+
+    def after_fork(self) -> None:
+        """In a forked child (``os.register_at_fork``; :meth:`watch` checks too): the
+        parent's thread is not here, and its lock may have been held by it. A new lock, the
+        parent's connections set aside unused, and a thread of the child's own if any
+        database is watched: pooled connections the child inherited commit without a
+        checkpoint of their own, as the parent's did."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._mutex = threading.Lock()
+        self._in_sqlite = threading.Lock()
+        self._thread = None
+        for each in self._databases.values():
+            if each.conn is not None:
+                self._inherited.append(each.conn)
+                each.conn = None
+            each.look_at = 0.0
+        if self._databases:
+            with self._mutex:
+                self._ensure_thread()
+
+    def before_fork(self) -> None:
+        """Before ``fork()``: wait for the thread to be out of SQLite (see ``_in_sqlite``)."""
+        self._in_sqlite.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self._in_sqlite.release()
+
+    def _ensure_thread(self) -> None:
+        """(Under the mutex.) The thread, started unless it runs (or ``thread=False``)."""
+        if self._start and (self._thread is None or not self._thread.is_alive()):
+            self._thread = threading.Thread(
+                target=self._run, name="hookledger-checkpoints", daemon=True
+            )
+            self._thread.start()
 
     def watching(self) -> list[str]:
         with self._mutex:
@@ -147,10 +180,11 @@ class Checkpoints:
 
     def _checkpoint(self, db: _Database, now: float) -> None:
         try:
-            if db.conn is None:
-                db.conn = sqlite3.connect(db.path, timeout=0.0, check_same_thread=False)
-                db.conn.execute("PRAGMA synchronous=FULL")
-            db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            with self._in_sqlite:
+                if db.conn is None:
+                    db.conn = sqlite3.connect(db.path, timeout=0.0, check_same_thread=False)
+                    db.conn.execute("PRAGMA synchronous=FULL")
+                db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:
             self._close(db)
             if db.failing_since is None:
@@ -172,10 +206,11 @@ class Checkpoints:
     def _close(self, db: _Database) -> None:
         conn, db.conn = db.conn, None
         if conn is not None:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                pass
+            with self._in_sqlite:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
 
     def _forget(self, db: _Database) -> None:
         self._close(db)
@@ -186,6 +221,11 @@ class Checkpoints:
 
 #: The process's checkpoints (one thread, started by the first SQLite connection it watches).
 CHECKPOINTS = Checkpoints()
+os.register_at_fork(
+    before=CHECKPOINTS.before_fork,
+    after_in_parent=CHECKPOINTS.after_fork_in_parent,
+    after_in_child=CHECKPOINTS.after_fork,
+)
 
 
 def take_checkpoints_aside(cursor: sqlite3.Cursor) -> None:

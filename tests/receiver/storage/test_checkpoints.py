@@ -180,3 +180,34 @@ def test_a_forked_child_checkpoints_with_a_thread_of_its_own(tmp_path: Path) -> 
     finally:
         os.close(read)
         os.waitpid(pid, 0)
+
+
+def test_a_forked_child_checkpoints_what_its_parent_watched(tmp_path: Path) -> None:
+    # A child that opens no connection of its own (it writes on one it does not watch,
+    # as one inheriting its parent's pool would) still has a thread: os.register_at_fork.
+    path = tmp_path / "db.sqlite3"
+    engine = _engine(path)
+    engine.dispose()
+    assert str(path) in CHECKPOINTS.watching()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            conn = sqlite3.connect(path, isolation_level=None)
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+            for _ in range(300):
+                conn.execute("INSERT INTO t VALUES (randomblob(3000))")
+            deadline = time.monotonic() + 10
+            while path.stat().st_size < 300 * PAGE and time.monotonic() < deadline:
+                time.sleep(0.05)
+            code = 0 if path.stat().st_size >= 300 * PAGE else 2
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"\x00"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
