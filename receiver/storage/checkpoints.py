@@ -20,7 +20,10 @@ as before but later.
 
 A database only idle is looked at less and less often (up to :data:`IDLE_INTERVAL`), and the
 thread's connection to it is closed once it has been idle for :data:`CLOSE_AFTER`, so an idle
-process holds nothing open. A file that is gone is forgotten. A forked child (a gunicorn
+process holds nothing open. A file that is gone, or no longer the one the process's
+connections opened (moved, replaced), is forgotten, never opened by its name: a connection to
+another file there would read and checkpoint the log of the file in use, and on a file it
+created there it would delete that log. A forked child (a gunicorn
 worker, say) gets a thread of its own for the files its parent watched, and a fork waits for
 the thread to be out of SQLite (a child forked while it held one of SQLite's mutexes would
 hang on it).
@@ -34,6 +37,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 log = logging.getLogger("hookledger.storage")
 
@@ -55,6 +59,8 @@ WARN_AFTER = 30.0
 class _Database:
     path: str
     wal: str
+    #: ``(st_dev, st_ino)`` of the file the process's connection opened at ``path``.
+    ident: tuple[int, int]
     seen: tuple[int, int] | None = None
     conn: sqlite3.Connection | None = None
     interval: float = INTERVAL
@@ -84,14 +90,19 @@ class Checkpoints:
         return f"Checkpoints(databases={len(self._databases)})"
 
     def watch(self, path: str) -> None:
-        """Look after the WAL of the database file ``path`` (absolute) from now on."""
+        """Look after the WAL of the database file ``path`` (absolute), which a connection of
+        this process has just opened, from now on."""
         if self._pid != os.getpid():
             self.after_fork()
+        ident = _identity(path)
+        if ident is None:
+            return
         with self._mutex:
-            if path not in self._databases:
-                self._databases[path] = _Database(path, path + "-wal")
+            known = self._databases.get(path)
+            if known is None or known.ident != ident:
+                self._databases[path] = _Database(path, path + "-wal", ident)
             else:
-                self._databases[path].look_at = 0.0
+                known.look_at = 0.0
             self._ensure_thread()
 
     def after_fork(self) -> None:
@@ -181,12 +192,26 @@ class Checkpoints:
     def _checkpoint(self, db: _Database, now: float) -> None:
         try:
             with self._in_sqlite:
+                moved = False
                 if db.conn is None:
-                    db.conn = sqlite3.connect(db.path, timeout=0.0, check_same_thread=False)
-                    db.conn.execute("PRAGMA synchronous=FULL")
-                db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    conn = _connect(db.path)
+                    # Moved or replaced since? Checked once the connection has its file and
+                    # before its first statement reads it: the log at that name is the one
+                    # the process's connections write, of the file they opened. (Closed
+                    # unread, a connection leaves the log alone.)
+                    if _identity(db.path) != db.ident:
+                        conn.close()
+                        moved = True
+                    else:
+                        db.conn = conn
+                        conn.execute("PRAGMA synchronous=FULL")
+                if db.conn is not None:
+                    db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:
             self._close(db)
+            if _identity(db.path) != db.ident:  # gone (mode=rw creates nothing) or replaced
+                self._forget(db)
+                return
             if db.failing_since is None:
                 db.failing_since = now
             if not db.warned and now - db.failing_since >= WARN_AFTER:
@@ -200,6 +225,9 @@ class Checkpoints:
                     FALLBACK_PAGES,
                     extra={"action": "checkpoint_failing"},
                 )
+            return
+        if moved:
+            self._forget(db)
             return
         db.failing_since, db.warned = None, False
 
@@ -217,6 +245,23 @@ class Checkpoints:
         with self._mutex:
             if self._databases.get(db.path) is db:
                 del self._databases[db.path]
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file at ``path`` (device, inode), ``None`` if there is none."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    """The thread's connection to the database file ``path``: ``mode=rw``, so that it never
+    creates a file (an empty file with the log of the one moved away would delete the log)."""
+    return sqlite3.connect(
+        f"file:{quote(path)}?mode=rw", uri=True, timeout=0.0, check_same_thread=False
+    )
 
 
 #: The process's checkpoints (one thread, started by the first SQLite connection it watches).

@@ -211,3 +211,38 @@ def test_a_forked_child_checkpoints_what_its_parent_watched(tmp_path: Path) -> N
     finally:
         os.close(read)
         os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("how", ["moved", "replaced"])
+def test_a_file_moved_or_replaced_is_let_go_not_opened_by_its_name(
+    tmp_path: Path, how: str
+) -> None:
+    # The bug: the thread opened the database by its name. With the file moved away, that
+    # created an empty file there, whose first read deleted the log the process's
+    # connections still wrote (their commits since then gone with a crash); a file put in
+    # its place had the log of the file in use checkpointed into it.
+    path = tmp_path / "db.sqlite3"
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("CREATE TABLE t (n INTEGER)")
+    own = Checkpoints(thread=False)
+    own.watch(str(path))
+    os.rename(path, tmp_path / "moved.sqlite3")
+    if how == "replaced":
+        other = sqlite3.connect(tmp_path / "other.sqlite3")
+        other.execute("CREATE TABLE other (x)")
+        other.commit()
+        other.close()
+        os.rename(tmp_path / "other.sqlite3", path)
+    before = path.read_bytes() if how == "replaced" else None
+    writer.executemany("INSERT INTO t VALUES (?)", [(n,) for n in range(100)])
+    own.look()
+    assert (tmp_path / "db.sqlite3-wal").exists()  # the log in use, left alone
+    if how == "moved":
+        assert not path.exists()
+    else:
+        assert path.read_bytes() == before
+    assert own.watching() == []
+    assert writer.execute("SELECT count(*) FROM t").fetchone() == (100,)
+    writer.close()
