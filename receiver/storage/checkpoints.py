@@ -18,15 +18,18 @@ grows by a few thousand pages at most, at the highest rates measured; should the
 be stopped or stuck, SQLite's own checkpoint at :data:`FALLBACK_PAGES` keeps the log bounded,
 as before but later.
 
-A database only idle is looked at less and less often (up to :data:`IDLE_INTERVAL`), and the
-thread's connection to it is closed once it has been idle for :data:`CLOSE_AFTER`, so an idle
-process holds nothing open. A file that is gone, or no longer the one the process's
-connections opened (moved, replaced), is forgotten, never opened by its name: a connection to
-another file there would read and checkpoint the log of the file in use, and on a file it
-created there it would delete that log. A forked child (a gunicorn
-worker, say) gets a thread of its own for the files its parent watched, and a fork waits for
-the thread to be out of SQLite (a child forked while it held one of SQLite's mutexes would
-hang on it).
+A database only idle is looked at less and less often (up to :data:`IDLE_INTERVAL`). The
+thread opens its connection for each checkpoint and closes it after (about 80 us), holding
+nothing open between two: a connection kept open would keep the process's last connection to
+close from checkpointing the log into the file and deleting it (a copy of the file alone would
+miss the last commits, a change of ``journal_mode`` would fail), and a test suite creating a
+database a test would hold three descriptors per file. A file that is gone, or no longer the
+one the process's connections opened (moved, replaced), is forgotten, never opened by its
+name: a connection to another file there would read and checkpoint the log of the file in use,
+and on a file it created there it would delete that log. A forked child (a gunicorn worker,
+say) gets a thread of its own for the files its parent watched, and a fork waits for the
+thread to be out of SQLite (a child forked while it held one of SQLite's mutexes would hang on
+it).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import quote
 
 log = logging.getLogger("hookledger.storage")
@@ -45,8 +48,6 @@ log = logging.getLogger("hookledger.storage")
 INTERVAL = 0.1
 #: The longest wait between two looks at an idle database (seconds).
 IDLE_INTERVAL = 2.0
-#: An idle database's checkpoint connection is closed after this many seconds.
-CLOSE_AFTER = 10.0
 #: ``wal_autocheckpoint`` of hookledger's connections: SQLite checkpoints in the committing
 #: connection only when the log has grown this far (pages), which the thread never lets it do
 #: while it runs.
@@ -62,10 +63,8 @@ class _Database:
     #: ``(st_dev, st_ino)`` of the file the process's connection opened at ``path``.
     ident: tuple[int, int]
     seen: tuple[int, int] | None = None
-    conn: sqlite3.Connection | None = None
     interval: float = INTERVAL
     look_at: float = 0.0
-    changed_at: float = field(default_factory=time.monotonic)
     failing_since: float | None = None
     warned: bool = False
 
@@ -80,8 +79,6 @@ class Checkpoints:
         self._databases: dict[str, _Database] = {}
         self._pid = os.getpid()
         self._thread: threading.Thread | None = None
-        #: Connections opened before a fork: never used or closed in the child.
-        self._inherited: list[sqlite3.Connection] = []
         #: Held by the thread while it is inside SQLite, and by a fork (``before_fork``):
         #: a child forked while the thread held one of SQLite's own mutexes would hang on it.
         self._in_sqlite = threading.Lock()
@@ -107,8 +104,8 @@ class Checkpoints:
 
     def after_fork(self) -> None:
         """In a forked child (``os.register_at_fork``; :meth:`watch` checks too): the
-        parent's thread is not here, and its lock may have been held by it. A new lock, the
-        parent's connections set aside unused, and a thread of the child's own if any
+        parent's thread is not here, and its lock may have been held by it. A new lock, and a
+        thread of the child's own if any
         database is watched: pooled connections the child inherited commit without a
         checkpoint of their own, as the parent's did."""
         if self._pid == os.getpid():
@@ -118,9 +115,6 @@ class Checkpoints:
         self._in_sqlite = threading.Lock()
         self._thread = None
         for each in self._databases.values():
-            if each.conn is not None:
-                self._inherited.append(each.conn)
-                each.conn = None
             each.look_at = 0.0
         if self._databases:
             with self._mutex:
@@ -182,33 +176,27 @@ class Checkpoints:
         if state is None or state == db.seen:
             db.interval = min(db.interval * 2, IDLE_INTERVAL)
             db.look_at = now + db.interval
-            if db.conn is not None and now - db.changed_at > CLOSE_AFTER:
-                self._close(db)
             return
-        db.seen, db.changed_at, db.interval = state, now, INTERVAL
+        db.seen, db.interval = state, INTERVAL
         db.look_at = now + INTERVAL
         self._checkpoint(db, now)
 
     def _checkpoint(self, db: _Database, now: float) -> None:
         try:
             with self._in_sqlite:
-                moved = False
-                if db.conn is None:
-                    conn = _connect(db.path)
+                conn = _connect(db.path)
+                try:
                     # Moved or replaced since? Checked once the connection has its file and
                     # before its first statement reads it: the log at that name is the one
                     # the process's connections write, of the file they opened. (Closed
                     # unread, a connection leaves the log alone.)
-                    if _identity(db.path) != db.ident:
-                        conn.close()
-                        moved = True
-                    else:
-                        db.conn = conn
+                    moved = _identity(db.path) != db.ident
+                    if not moved:
                         conn.execute("PRAGMA synchronous=FULL")
-                if db.conn is not None:
-                    db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                finally:
+                    conn.close()
         except sqlite3.Error as exc:
-            self._close(db)
             if _identity(db.path) != db.ident:  # gone (mode=rw creates nothing) or replaced
                 self._forget(db)
                 return
@@ -231,17 +219,7 @@ class Checkpoints:
             return
         db.failing_since, db.warned = None, False
 
-    def _close(self, db: _Database) -> None:
-        conn, db.conn = db.conn, None
-        if conn is not None:
-            with self._in_sqlite:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-
     def _forget(self, db: _Database) -> None:
-        self._close(db)
         with self._mutex:
             if self._databases.get(db.path) is db:
                 del self._databases[db.path]
@@ -260,7 +238,7 @@ def _connect(path: str) -> sqlite3.Connection:
     """The thread's connection to the database file ``path``: ``mode=rw``, so that it never
     creates a file (an empty file with the log of the one moved away would delete the log)."""
     return sqlite3.connect(
-        f"file:{quote(path)}?mode=rw", uri=True, timeout=0.0, check_same_thread=False
+        f"file:{quote(path)}?mode=rw", uri=True, timeout=0.0, isolation_level=None
     )
 
 
