@@ -18,7 +18,8 @@ grows by a few thousand pages at most, at the highest rates measured; should the
 be stopped or stuck, SQLite's own checkpoint at :data:`FALLBACK_PAGES` keeps the log bounded,
 as before but later.
 
-A database only idle is looked at less and less often (up to :data:`IDLE_INTERVAL`). The
+A database only idle is looked at less and less often (up to :data:`IDLE_INTERVAL`), and
+forgotten once its log is gone (the last connection to it closed). The
 thread opens its connection for each checkpoint and closes it after (about 80 us), holding
 nothing open between two: a connection kept open would keep the process's last connection to
 close from checkpointing the log into the file and deleting it (a copy of the file alone would
@@ -88,18 +89,17 @@ class Checkpoints:
 
     def watch(self, path: str) -> None:
         """Look after the WAL of the database file ``path`` (absolute), which a connection of
-        this process has just opened, from now on."""
+        this process has just opened and read (its log exists until the last connection to
+        the file closes), from now on."""
         if self._pid != os.getpid():
             self.after_fork()
         ident = _identity(path)
         if ident is None:
             return
         with self._mutex:
-            known = self._databases.get(path)
-            if known is None or known.ident != ident:
-                self._databases[path] = _Database(path, path + "-wal", ident)
-            else:
-                known.look_at = 0.0
+            # A new entry each time, looked at at once: one the thread is about to forget
+            # (its log gone a moment before this connection came) is not this one.
+            self._databases[path] = _Database(path, path + "-wal", ident)
             self._ensure_thread()
 
     def after_fork(self) -> None:
@@ -166,10 +166,13 @@ class Checkpoints:
         try:
             stat = os.stat(db.wal)
         except FileNotFoundError:
-            if not os.path.exists(db.path):
-                self._forget(db)
-                return
-            stat = None
+            # The file is gone, or its log is: SQLite deletes the log when the last connection
+            # to the file closes (one that has read the file keeps it open, and a watched one
+            # has: see take_checkpoints_aside), so none of this process's is open, and the
+            # next one watches the file again. Kept, files long closed (a test suite's
+            # thousands of temporary databases) would each be looked at every 2 s.
+            self._forget(db)
+            return
         except OSError:
             stat = None
         state = None if stat is None else (stat.st_mtime_ns, stat.st_size)
@@ -260,6 +263,9 @@ def take_checkpoints_aside(cursor: sqlite3.Cursor) -> None:
     path = next((r[2] for r in cursor.execute("PRAGMA database_list") if r[1] == "main"), "")
     if not path:
         return
+    # A read: a new database's log is created at its first (after PRAGMA journal_mode=WAL it
+    # is not there yet), and a file without one is taken for a file no longer open.
+    cursor.execute("PRAGMA schema_version").fetchone()
     cursor.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_PAGES:d}")
     CHECKPOINTS.watch(path)
 
