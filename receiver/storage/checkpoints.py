@@ -105,9 +105,9 @@ class Checkpoints:
     def after_fork(self) -> None:
         """In a forked child (``os.register_at_fork``; :meth:`watch` checks too): the
         parent's thread is not here, and its lock may have been held by it. A new lock, and a
-        thread of the child's own if any
-        database is watched: pooled connections the child inherited commit without a
-        checkpoint of their own, as the parent's did."""
+        thread of the child's own if any database is watched: pooled connections the child
+        inherited commit without a checkpoint of their own, as the parent's did. (The thread
+        holds no connection between two checkpoints, so the child inherits none of its.)"""
         if self._pid == os.getpid():
             return
         self._pid = os.getpid()
