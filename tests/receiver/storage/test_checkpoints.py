@@ -7,6 +7,7 @@ import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,46 @@ def test_a_new_database_is_watched_with_its_log_there(tmp_path: Path) -> None:
             assert own.watching() == [str(path)]
     finally:
         engine.dispose()
+
+
+def _writer_and_round(
+    path: Path, columns: str, *, autocheckpoint: bool
+) -> tuple[sqlite3.Connection, Checkpoints]:
+    """A WAL database at ``path`` with a table ``t (columns)``, a connection writing it
+    (without checkpoints of its own unless ``autocheckpoint``) and a :class:`Checkpoints`
+    watching it whose rounds the test takes (:meth:`Checkpoints.look`)."""
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    if not autocheckpoint:
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute(f"CREATE TABLE t ({columns})")
+    own = Checkpoints(thread=False)
+    own.watch(str(path))
+    return writer, own
+
+
+def _in_a_child(write: Callable[[], None], path: Path) -> int:
+    """Run ``write`` in a forked child, which then waits up to 10 s for its 300 pages to be
+    checkpointed into ``path``: 0 if they were, 2 if not, 1 if ``write`` failed."""
+    read, out = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            write()
+            deadline = time.monotonic() + 10
+            while path.stat().st_size < 300 * PAGE and time.monotonic() < deadline:
+                time.sleep(0.05)
+            code = 0 if path.stat().st_size >= 300 * PAGE else 2
+        finally:
+            os.write(out, bytes([code]))
+            os._exit(0)
+    os.close(out)
+    try:
+        return os.read(read, 1)[0]
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
 
 
 def test_commits_leave_checkpoints_to_the_thread(
@@ -118,12 +159,7 @@ def test_a_round_checkpoints_only_a_changed_log_and_lets_idle_files_go(
     connect = checkpoints._connect
     monkeypatch.setattr(checkpoints, "_connect", lambda p: opened.append(p) or connect(p))
     path = tmp_path / "db.sqlite3"
-    writer = sqlite3.connect(path, isolation_level=None)
-    writer.execute("PRAGMA journal_mode=WAL")
-    writer.execute("PRAGMA wal_autocheckpoint=0")
-    writer.execute("CREATE TABLE t (x BLOB)")
-    own = Checkpoints(thread=False)
-    own.watch(str(path))
+    writer, own = _writer_and_round(path, "x BLOB", autocheckpoint=False)
     for _ in range(20):
         writer.execute("INSERT INTO t VALUES (randomblob(3000))")
     own.look()
@@ -148,11 +184,7 @@ def test_a_failing_checkpoint_is_warned_of_once_it_persists(
 ) -> None:
     monkeypatch.setattr(checkpoints, "WARN_AFTER", 0.0)
     path = tmp_path / "db.sqlite3"
-    writer = sqlite3.connect(path, isolation_level=None)
-    writer.execute("PRAGMA journal_mode=WAL")
-    writer.execute("CREATE TABLE t (x BLOB)")
-    own = Checkpoints(thread=False)
-    own.watch(str(path))
+    writer, own = _writer_and_round(path, "x BLOB", autocheckpoint=True)
     (db,) = own._databases.values()
 
     class Broken:
@@ -180,26 +212,12 @@ def test_a_forked_child_checkpoints_with_a_thread_of_its_own(tmp_path: Path) -> 
     engine = _engine(path)
     _write(engine, 5)
     engine.dispose()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: the parent's thread is not here
-        code = 1
-        try:
-            child = make_engine(f"sqlite:///{path}")
-            _write(child, 300)
-            deadline = time.monotonic() + 10
-            while path.stat().st_size < 300 * PAGE and time.monotonic() < deadline:
-                time.sleep(0.05)
-            code = 0 if path.stat().st_size >= 300 * PAGE else 2
-        finally:
-            os.write(write, bytes([code]))
-            os._exit(0)
-    os.close(write)
-    try:
-        assert os.read(read, 1) == b"\x00"
-    finally:
-        os.close(read)
-        os.waitpid(pid, 0)
+
+    def write_in_child() -> None:  # the parent's thread is not here
+        child = make_engine(f"sqlite:///{path}")
+        _write(child, 300)
+
+    assert _in_a_child(write_in_child, path) == 0
 
 
 def test_a_forked_child_checkpoints_what_its_parent_watched(tmp_path: Path) -> None:
@@ -209,28 +227,14 @@ def test_a_forked_child_checkpoints_what_its_parent_watched(tmp_path: Path) -> N
     engine = _engine(path)
     engine.dispose()
     assert str(path) in CHECKPOINTS.watching()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            conn = sqlite3.connect(path, isolation_level=None)
-            conn.execute("PRAGMA wal_autocheckpoint=0")
-            for _ in range(300):
-                conn.execute("INSERT INTO t VALUES (randomblob(3000))")
-            deadline = time.monotonic() + 10
-            while path.stat().st_size < 300 * PAGE and time.monotonic() < deadline:
-                time.sleep(0.05)
-            code = 0 if path.stat().st_size >= 300 * PAGE else 2
-        finally:
-            os.write(write, bytes([code]))
-            os._exit(0)
-    os.close(write)
-    try:
-        assert os.read(read, 1) == b"\x00"
-    finally:
-        os.close(read)
-        os.waitpid(pid, 0)
+
+    def write_unwatched() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        for _ in range(300):
+            conn.execute("INSERT INTO t VALUES (randomblob(3000))")
+
+    assert _in_a_child(write_unwatched, path) == 0
 
 
 @pytest.mark.parametrize("how", ["moved", "replaced"])
@@ -242,12 +246,7 @@ def test_a_file_moved_or_replaced_is_let_go_not_opened_by_its_name(
     # connections still wrote (their commits since then gone with a crash); a file put in
     # its place had the log of the file in use checkpointed into it.
     path = tmp_path / "db.sqlite3"
-    writer = sqlite3.connect(path, isolation_level=None)
-    writer.execute("PRAGMA journal_mode=WAL")
-    writer.execute("PRAGMA wal_autocheckpoint=0")
-    writer.execute("CREATE TABLE t (n INTEGER)")
-    own = Checkpoints(thread=False)
-    own.watch(str(path))
+    writer, own = _writer_and_round(path, "n INTEGER", autocheckpoint=False)
     os.rename(path, tmp_path / "moved.sqlite3")
     if how == "replaced":
         other = sqlite3.connect(tmp_path / "other.sqlite3")
