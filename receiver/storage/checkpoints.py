@@ -93,7 +93,7 @@ class Checkpoints:
         the file closes), from now on."""
         if self._pid != os.getpid():
             self.after_fork()
-        ident = _identity(path)
+        ident = file_identity(path)
         if ident is None:
             return
         with self._mutex:
@@ -193,14 +193,14 @@ class Checkpoints:
                     # before its first statement reads it: the log at that name is the one
                     # the process's connections write, of the file they opened. (Closed
                     # unread, a connection leaves the log alone.)
-                    moved = _identity(db.path) != db.ident
+                    moved = file_identity(db.path) != db.ident
                     if not moved:
                         conn.execute("PRAGMA synchronous=FULL")
                         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 finally:
                     conn.close()
         except sqlite3.Error as exc:
-            if _identity(db.path) != db.ident:  # gone (mode=rw creates nothing) or replaced
+            if file_identity(db.path) != db.ident:  # gone (mode=rw creates nothing) or replaced
                 self._forget(db)
                 return
             if db.failing_since is None:
@@ -228,8 +228,9 @@ class Checkpoints:
                 del self._databases[db.path]
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    """The file at ``path`` (device, inode), ``None`` if there is none."""
+def file_identity(path: str) -> tuple[int, int] | None:
+    """The file at ``path`` (device, inode), ``None`` if there is none (also the intake's
+    check that its file is still the one it opened)."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -270,4 +271,4 @@ def take_checkpoints_aside(cursor: sqlite3.Cursor) -> None:
     CHECKPOINTS.watch(path)
 
 
-__all__ = ["CHECKPOINTS", "Checkpoints", "take_checkpoints_aside"]
+__all__ = ["CHECKPOINTS", "Checkpoints", "file_identity", "take_checkpoints_aside"]

@@ -59,6 +59,7 @@ from sqlalchemy.exc import DBAPIError
 
 from receiver.core.errors import StorageBusy, StorageUnavailable
 from receiver.storage import filelock
+from receiver.storage.checkpoints import file_identity
 from receiver.storage.context import is_busy
 from receiver.storage.database import make_engine
 from receiver.storage.filelock import WritersLock
@@ -214,7 +215,7 @@ class Intake:
         or replaced while in use)."""
         if self._held is None or self._pid != os.getpid() or self._identity is None:
             return False
-        return _identity(self.path) != self._identity
+        return file_identity(self.path) != self._identity
 
     def check_current(self) -> None:
         """:class:`IntakeReplaced` (logged) if the file this process has open is no longer
@@ -270,7 +271,7 @@ class Intake:
                 except BaseException:
                     engine.dispose()
                     raise
-                self._identity = _identity(self.path)
+                self._identity = file_identity(self.path)
                 self._engine, self._held, self._pid = engine, held, os.getpid()
         assert self._held is not None
         return self._held
@@ -366,15 +367,6 @@ class Intake:
             engine, self._engine, self._held = self._engine, None, None
         if engine is not None:
             engine.dispose()
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    """The file at ``path``: (device, inode); ``None`` if there is none."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return (found.st_dev, found.st_ino)
 
 
 def file_url(path: str) -> str:
