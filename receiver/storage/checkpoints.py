@@ -13,10 +13,13 @@ So hookledger's connections take automatic checkpoints only far later
 (:data:`FALLBACK_PAGES`, a safety net), and one daemon thread per process takes them
 instead: every :data:`INTERVAL` seconds, for each database file this process has opened,
 if its log changed since the last look, a ``PASSIVE`` checkpoint on a connection of its own
-(it waits for no reader or writer, and no writer waits for it). Between two looks the log
-grows by a few thousand pages at most, at the highest rates measured; should the thread
-be stopped or stuck, SQLite's own checkpoint at :data:`FALLBACK_PAGES` keeps the log bounded,
-as before but later.
+(it waits for no reader or writer, and no writer waits for it). Between two looks a few
+thousand pages at most are written, at the highest rates measured. A ``PASSIVE`` checkpoint
+does not rewind the log, and under steady writes SQLite rarely finds it fully copied when a
+writer begins (the moment it rewinds it), so the log file grows to :data:`FALLBACK_PAGES`,
+where the committing connection's own checkpoint copies the little left and the log
+rewinds. Should the thread be stopped or stuck, that checkpoint keeps the log bounded, as
+before but later.
 
 A database only idle is looked at less and less often (up to :data:`IDLE_INTERVAL`), and
 forgotten once its log is gone (the last connection to it closed). The thread opens its
@@ -50,8 +53,9 @@ INTERVAL = 0.1
 #: The longest wait between two looks at an idle database (seconds).
 IDLE_INTERVAL = 2.0
 #: ``wal_autocheckpoint`` of hookledger's connections: SQLite checkpoints in the committing
-#: connection only when the log has grown this far (pages), which the thread never lets it do
-#: while it runs.
+#: connection only when the log has grown this far (pages). While the thread runs that
+#: checkpoint finds little left to copy; it is also what rewinds a log that steady writes
+#: kept the thread's checkpoints from rewinding (see docs/architecture.md).
 FALLBACK_PAGES = 10_000
 #: Failing checkpoints are logged as a warning once they have failed for this long (seconds).
 WARN_AFTER = 30.0
@@ -140,14 +144,13 @@ class Checkpoints:
             return list(self._databases)
 
     def _run(self) -> None:
-        wake = threading.Event()
         while True:
             try:
                 pause = self.look()
-            except Exception:  # noqa: BLE001 - the thread must live on; logged once below
+            except Exception:  # noqa: BLE001 - the thread must live on
                 log.debug("checkpoint round failed", exc_info=True)
                 pause = IDLE_INTERVAL
-            wake.wait(pause)
+            time.sleep(pause)
 
     def look(self) -> float:
         """One round: checkpoint each database whose log changed and is due for a look;
@@ -173,10 +176,11 @@ class Checkpoints:
             # thousands of temporary databases) would each be looked at every 2 s.
             self._forget(db)
             return
-        except OSError:
-            stat = None
-        state = None if stat is None else (stat.st_mtime_ns, stat.st_size)
-        if state is None or state == db.seen:
+        except OSError:  # not readable now: looked at again later, as an unchanged one
+            state = db.seen
+        else:
+            state = (stat.st_mtime_ns, stat.st_size)
+        if state == db.seen:
             db.interval = min(db.interval * 2, IDLE_INTERVAL)
             db.look_at = now + db.interval
             return
