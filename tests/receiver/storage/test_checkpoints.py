@@ -59,6 +59,15 @@ def test_a_new_database_is_watched_with_its_log_there(tmp_path: Path) -> None:
         engine.dispose()
 
 
+def _copied_into(path: Path, pages: int) -> bool:
+    """Whether the database file at ``path`` holds ``pages`` pages within 10 s: what was
+    written has been checkpointed into it."""
+    deadline = time.monotonic() + 10
+    while path.stat().st_size < pages * PAGE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return path.stat().st_size >= pages * PAGE
+
+
 def _writer_and_round(
     path: Path, columns: str, *, autocheckpoint: bool
 ) -> tuple[sqlite3.Connection, Checkpoints]:
@@ -84,10 +93,7 @@ def _in_a_child(write: Callable[[], None], path: Path) -> int:
         code = 1
         try:
             write()
-            deadline = time.monotonic() + 10
-            while path.stat().st_size < 300 * PAGE and time.monotonic() < deadline:
-                time.sleep(0.05)
-            code = 0 if path.stat().st_size >= 300 * PAGE else 2
+            code = 0 if _copied_into(path, 300) else 2
         finally:
             os.write(out, bytes([code]))
             os._exit(0)
@@ -125,10 +131,7 @@ def test_the_thread_checkpoints_what_was_written(tmp_path: Path) -> None:
     try:
         assert str(path) in CHECKPOINTS.watching()
         _write(engine, 300)
-        deadline = time.monotonic() + 10
-        while path.stat().st_size < 300 * PAGE and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert path.stat().st_size >= 300 * PAGE  # copied into the database file
+        assert _copied_into(path, 300)
         _write(engine, 50)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
