@@ -15,6 +15,13 @@ turn) from a long one (a worker whose handlers run inside its transaction): with
 :meth:`WritersLock.hold` gives up with :class:`HeldTooLong` as soon as the current holder has
 held the lock for longer than that, rather than waiting it out (see
 :mod:`receiver.storage.intake`).
+
+A waiter does not poll. A thread of its process (:class:`_Handoff`) waits in a blocking
+``flock``, so the kernel hands the lock over the moment its holder lets go; the waiter itself
+waits on that thread with its timeout and patience. Polled, a released lock stayed free until
+the next waiter's poll came round and the scheduler ran it (measured under gunicorn, 4 sync
+workers on SQLite: 0.28 ms between one holder's release and the next one's hold, at the median,
+for a hold of 0.42 ms; handed over by the kernel, 0.06 ms).
 """
 
 from __future__ import annotations
@@ -30,8 +37,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-#: How often a waiting writer tries the lock again (seconds).
+#: The least time between two reads of the holder's stamp by a waiter with ``patience``
+#: (seconds).
 POLL_SECONDS = 0.0005
+
+#: How long a process's :class:`_Handoff` thread waits for another wait of its process before
+#: it ends (seconds; the next wait starts a new one).
+HANDOFF_IDLE_SECONDS = 2.0
 
 #: The holder's stamp: the wall-clock time it took the lock (a double; 0: nobody stamped).
 _STAMP = struct.Struct("<d")
@@ -108,6 +120,104 @@ class HeldTooLong(TimeoutError):
     """The lock's holder has held it for longer than the waiter's ``patience``."""
 
 
+class _Handoff:
+    """One process's waits for a lock's ``flock``, made by a thread of its own in a blocking
+    ``flock`` (the GIL released), so the kernel hands the lock over as soon as its holder lets
+    it go. The waiting thread waits on this one, with its own timeout and patience.
+
+    A blocking ``flock`` cannot be given up, so the thread may still be waiting when its waiter
+    has given up: the lock it then gets is let go at once, or taken by the next waiter of the
+    process (``wanted``). Meanwhile (``in_flight``) every waiter of the process goes through
+    it: a ``LOCK_NB`` try on the same open file would succeed whenever the thread's call had,
+    and the thread, seeing nobody wanting it, would let go of a lock a holder thinks it has.
+    """
+
+    def __init__(self, fd: int, name: str) -> None:
+        self._fd = fd
+        self._name = name
+        self._mutex = threading.Lock()
+        self._asked = threading.Condition(self._mutex)  # the thread waits for a wait
+        self._answered = threading.Condition(self._mutex)  # the waiter waits for the lock
+        #: The thread is in (or about to make) a blocking ``flock``.
+        self.in_flight = False
+        #: A waiter wants the lock the thread's ``flock`` gets.
+        self._wanted = False
+        #: The thread got the lock for the waiter, who has not taken it yet.
+        self._granted = False
+        self._error: OSError | None = None
+        self._thread: threading.Thread | None = None
+
+    def take(self, deadline: float, patience: float | None) -> None:
+        """Wait for the lock (the caller holds its process's thread lock, and the process does
+        not hold the ``flock``): return holding it, or raise ``TimeoutError`` at ``deadline``
+        (monotonic), :class:`HeldTooLong` when the holder's stamp says it has held it for
+        longer than ``patience``, or the ``OSError`` of the ``flock``."""
+        with self._mutex:
+            self._wanted = True
+            try:
+                if not self.in_flight:
+                    self.in_flight = True
+                    if self._thread is None:
+                        self._thread = threading.Thread(
+                            target=self._run, name=f"hookledger-lock-{self._name}", daemon=True
+                        )
+                        self._thread.start()
+                    else:
+                        self._asked.notify()
+                #: When the holder's stamp is worth reading again: not before its hold can
+                #: have passed ``patience`` (a read per wake-up would be a system call, and a
+                #: wait for the GIL, for nothing). A new holder only stamps a later time.
+                look_at = 0.0
+                while not self._granted:
+                    if self._error is not None:
+                        error, self._error = self._error, None
+                        raise error
+                    now = time.monotonic()
+                    wake = deadline
+                    if patience is not None:
+                        if now >= look_at:
+                            held = _held_for(self._fd)
+                            if held > patience:
+                                raise HeldTooLong(
+                                    "another process has held the writers' lock too long"
+                                )
+                            look_at = now + max(patience - held, POLL_SECONDS)
+                        wake = min(wake, look_at)
+                    if now >= deadline:
+                        raise TimeoutError("another process held the writers' lock too long")
+                    self._answered.wait(wake - now)
+                self._granted = False
+            finally:
+                self._wanted = False
+
+    def _run(self) -> None:
+        while True:
+            with self._mutex:
+                if not self.in_flight:
+                    self._asked.wait(HANDOFF_IDLE_SECONDS)
+                    if not self.in_flight:
+                        self._thread = None
+                        return
+            error: OSError | None = None
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks, the GIL released
+            except OSError as exc:
+                error = exc
+            with self._mutex:
+                self.in_flight = False
+                if error is not None:
+                    if self._wanted:
+                        self._error = error
+                elif self._wanted:
+                    self._granted = True
+                else:  # its waiter gave up meanwhile, and no other came: let it go
+                    try:
+                        _flock(self._fd, fcntl.LOCK_UN)
+                    except OSError:  # pragma: no cover - the descriptor is its own
+                        pass
+                self._answered.notify()
+
+
 class WritersLock:
     """``with lock.hold(timeout): ...`` excludes the other processes (and threads) using the
     same path. A process that forks gets its own open file (an inherited one would be shared
@@ -122,6 +232,7 @@ class WritersLock:
         self._fd: int | None = None
         self._pid = os.getpid()
         self._threads = threading.Lock()
+        self._handoff: _Handoff | None = None
 
     def __repr__(self) -> str:
         return f"WritersLock({self.path!r})"
@@ -133,6 +244,7 @@ class WritersLock:
             self._pid = os.getpid()
             self._threads = threading.Lock()
             self._fd = None  # the inherited descriptor stays open; it is the parent's
+            self._handoff = None  # its thread is the parent's
 
     def _file(self) -> int:
         if self._fd is None:
@@ -156,26 +268,10 @@ class WritersLock:
             raise TimeoutError("another thread held the writers' lock too long")
         try:
             fd = self._file()
-            #: When the holder's stamp is worth reading again: not before its hold can have
-            #: passed ``patience`` (a read per poll would be a system call, and a wait for
-            #: the GIL, every 0.5 ms for nothing). A new holder only stamps a later time.
-            look_at = 0.0
-            while True:
-                try:
-                    _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise
-                now = time.monotonic()
-                if patience is not None and now >= look_at:
-                    held = _held_for(fd)
-                    if held > patience:
-                        raise HeldTooLong("another process has held the writers' lock too long")
-                    look_at = now + max(patience - held, POLL_SECONDS)
-                if now >= deadline:
-                    raise TimeoutError("another process held the writers' lock too long")
-                time.sleep(POLL_SECONDS)
+            if not self._try(fd):
+                if self._handoff is None:
+                    self._handoff = _Handoff(fd, os.path.basename(self.path))
+                self._handoff.take(deadline, patience)
             if not self.stamped:
                 try:
                     yield
@@ -192,6 +288,20 @@ class WritersLock:
                     _flock(fd, fcntl.LOCK_UN)
         finally:
             self._threads.release()
+
+    def _try(self, fd: int) -> bool:
+        """Take the lock if it is free, without waiting; never while this process's
+        :class:`_Handoff` thread is in a ``flock`` of its own (only a waiter of this process,
+        holding its thread lock as the caller does, starts one)."""
+        if self._handoff is not None and self._handoff.in_flight:
+            return False
+        try:
+            _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return False
+        return True
 
 
 def _held_for(fd: int) -> float:

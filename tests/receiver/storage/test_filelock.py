@@ -6,6 +6,7 @@ import errno
 import fcntl
 import multiprocessing
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -66,7 +67,6 @@ def test_a_forked_child_does_not_share_its_parents_lock(tmp_path: Path) -> None:
 
 
 def test_threads_of_one_process_take_turns(tmp_path: Path) -> None:
-    import threading
 
     lock = WritersLock(str(tmp_path / "db-hookledger-writers"))
     inside = 0
@@ -143,12 +143,16 @@ def test_the_calls_that_keep_the_gil_fail_as_pythons_own(tmp_path: Path) -> None
 def _hold_twice(
     path: str, first: float, second: float, ready: multiprocessing.synchronize.Event
 ) -> None:
-    """Hold the lock for ``first`` seconds, let go, take it again at once for ``second``."""
+    """Hold the lock for ``first`` seconds, then stamp it anew, as a new holder taking it
+    over would, and hold it ``second`` seconds more. (Let go, the lock would go to the
+    waiter, whose process waits in a blocking ``flock``: a new holder cannot be staged by a
+    release and a take.)"""
     lock = WritersLock(path)
     with lock.hold(timeout=5):
         ready.set()
         time.sleep(first)
-    with lock.hold(timeout=5):
+        assert lock._fd is not None
+        filelock._pwrite(lock._fd, filelock._STAMP.pack(time.time()))
         time.sleep(second)
 
 
@@ -172,9 +176,228 @@ def test_patience_counts_from_when_the_holder_took_the_lock_even_a_new_holder(
             with lock.hold(timeout=10, patience=0.6):
                 pytest.fail("entered while another process held the lock")
         waited = time.monotonic() - started
-        # The first hold ended at 0.3 s into the wait, before its patience; the second
-        # began then and passed 0.6 s at about 0.9 s.
+        # The first holder's time ended at 0.3 s into the wait, before its patience; the
+        # second's began then and passed 0.6 s at about 0.9 s.
         assert 0.85 <= waited < 1.6, waited
     finally:
         holder.kill()
         holder.join(10)
+
+
+# -- the handoff: a waiter's process waits in a blocking flock ----------------------------
+
+
+def _hold_until(path: str, ready: multiprocessing.synchronize.Event, go: object) -> None:
+    """Hold the lock until ``go`` (an Event) is set."""
+    with WritersLock(path).hold(timeout=5):
+        ready.set()
+        assert go.wait(30)  # type: ignore[attr-defined]
+
+
+def _try_hold(path: str, timeout: float) -> bool:
+    try:
+        with WritersLock(path).hold(timeout=timeout):
+            return True
+    except TimeoutError:
+        return False
+
+
+def _other_process_gets_it(path: str, timeout: float) -> bool:
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return bool(pool.apply(_try_hold, (path, timeout)))
+
+
+@pytest.fixture
+def held_elsewhere(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A lock path held by another process until the yielded ``go`` is set."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, go = ctx.Event(), ctx.Event()
+    path = str(tmp_path / "db-hookledger-writers")
+    holder = ctx.Process(target=_hold_until, args=(path, ready, go))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        yield path, go
+    finally:
+        go.set()
+        holder.join(10)
+    assert holder.exitcode == 0
+
+
+def test_a_waiter_that_gave_up_leaves_the_lock_free_for_others(held_elsewhere) -> None:  # type: ignore[no-untyped-def]
+    # Its process's blocking flock cannot be called off: when it gets the lock after the
+    # waiter has gone, it lets go at once, or another process would wait for nothing.
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    with pytest.raises(TimeoutError):
+        with lock.hold(timeout=0.1):
+            pytest.fail("entered while another process held the lock")
+    assert lock._handoff is not None and lock._handoff.in_flight
+    go.set()
+    assert _other_process_gets_it(path, timeout=10)
+    deadline = time.monotonic() + 10
+    while lock._handoff.in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not lock._handoff.in_flight
+
+
+def test_the_next_waiter_of_the_process_takes_the_flock_still_under_way(
+    held_elsewhere,  # type: ignore[no-untyped-def]
+) -> None:
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    with pytest.raises(TimeoutError):
+        with lock.hold(timeout=0.1):
+            pytest.fail("entered while another process held the lock")
+    threading.Timer(0.3, go.set).start()
+    with lock.hold(timeout=10):
+        # Held, and held alone: another process cannot get in.
+        assert not _other_process_gets_it(path, timeout=0.2)
+    assert _other_process_gets_it(path, timeout=10)
+
+
+def test_exclusion_holds_while_waits_are_given_up_and_taken_over(tmp_path: Path) -> None:
+    # Two processes, each with threads whose short timeouts keep abandoning waits that the
+    # process's handoff thread goes on making: never two holders at once. (A LOCK_NB try
+    # beside a handoff under way would succeed with it, and the handoff, wanted by nobody,
+    # would then let go of the lock a holder thinks it has.)
+    path = str(tmp_path / "db-hookledger-writers")
+    marker = tmp_path / "inside"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        results = pool.starmap(_churn, [(path, str(marker), seed) for seed in (1, 2)])
+    entered = sum(r[0] for r in results)
+    assert entered > 20 and sum(r[1] for r in results) > 0, results
+    assert all(r[2] == 0 for r in results), results
+
+
+def _churn(path: str, marker: str, seed: int) -> tuple[int, int, int]:
+    """Threads taking ``path`` with timeouts short enough to give up often; how many got
+    in, gave up, and found someone else inside (``marker`` exists only while held)."""
+    import random
+
+    lock = WritersLock(path)
+    rng = random.Random(seed)
+    counts = [0, 0, 0]
+    guard = threading.Lock()
+    stop = time.monotonic() + 2.0
+
+    def work() -> None:
+        while time.monotonic() < stop:
+            try:
+                with lock.hold(timeout=rng.choice((0.0005, 0.002, 0.01, 0.5))):
+                    try:
+                        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                    except FileExistsError:
+                        with guard:
+                            counts[2] += 1
+                        continue
+                    os.close(fd)
+                    time.sleep(rng.choice((0.0, 0.0005, 0.003)))
+                    os.unlink(marker)
+                    with guard:
+                        counts[0] += 1
+            except TimeoutError:
+                with guard:
+                    counts[1] += 1
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return counts[0], counts[1], counts[2]
+
+
+def test_a_failing_flock_reaches_the_waiter(held_elsewhere, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    path, _go = held_elsewhere
+    real = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX:  # the handoff's blocking call
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+        real(fd, operation)
+
+    monkeypatch.setattr(filelock.fcntl, "flock", flock)
+    lock = WritersLock(path)
+    with pytest.raises(OSError) as caught:
+        with lock.hold(timeout=5):
+            pytest.fail("entered while another process held the lock")
+    assert caught.value.errno == errno.ENOLCK
+
+
+def test_an_idle_handoff_thread_ends_and_a_new_wait_starts_another(
+    held_elsewhere,  # type: ignore[no-untyped-def]
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.setattr(filelock, "HANDOFF_IDLE_SECONDS", 0.05)
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    threading.Timer(0.2, go.set).start()
+    with lock.hold(timeout=10):
+        pass
+    assert lock._handoff is not None
+    thread = lock._handoff._thread
+    assert thread is not None and thread.name == "hookledger-lock-db-hookledger-writers"
+    thread.join(10)
+    assert not thread.is_alive() and lock._handoff._thread is None
+    # A later wait starts a thread again.
+    other = WritersLock(path)
+    with other.hold(timeout=1):
+        with pytest.raises(TimeoutError):
+            with lock.hold(timeout=0.05):
+                pytest.fail("entered while another lock object held it")
+    with lock.hold(timeout=10):
+        pass
+
+
+def test_a_child_forked_during_a_wait_waits_on_its_own(held_elsewhere) -> None:  # type: ignore[no-untyped-def]
+    # The parent's handoff thread (and its flock under way) is not the child's.
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    with pytest.raises(TimeoutError):
+        with lock.hold(timeout=0.1):
+            pytest.fail("entered while another process held the lock")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            try:
+                with lock.hold(timeout=0.2):
+                    os.write(write, b"entered")
+            except TimeoutError:
+                go.set()
+                with lock.hold(timeout=10):
+                    os.write(write, b"waited, then held")
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 32) == b"waited, then held"
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_no_lock_nb_try_beside_a_handoff_under_way(held_elsewhere, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The hazard the churn above looks for, pinned: once a wait was given up, the process's
+    # next waits go through the handoff under way, never through a LOCK_NB try of the same
+    # open file (it would succeed as soon as the handoff's call had).
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    with pytest.raises(TimeoutError):
+        with lock.hold(timeout=0.05):
+            pytest.fail("entered while another process held the lock")
+    tries: list[int] = []
+    real = filelock._flock
+
+    def flock(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_NB:
+            tries.append(fd)
+        real(fd, operation)
+
+    monkeypatch.setattr(filelock, "_flock", flock)
+    with pytest.raises(TimeoutError):
+        with lock.hold(timeout=0.05):
+            pytest.fail("entered while another process held the lock")
+    go.set()
+    with lock.hold(timeout=10):
+        pass
+    assert tries == []
