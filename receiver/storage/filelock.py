@@ -190,6 +190,14 @@ class _Handoff:
             finally:
                 self._wanted = False
 
+    def under_way(self) -> bool:
+        """Whether the thread is in a ``flock`` (``in_flight``), or has yet to let go of the
+        lock it got for nobody: read under the mutex, as the thread marks its ``flock`` done
+        and lets go in one hold of it (a ``LOCK_NB`` try between the two would succeed, the
+        open file holding the lock, just before the thread let go of it)."""
+        with self._mutex:
+            return self.in_flight
+
     def _run(self) -> None:
         while True:
             with self._mutex:
@@ -293,7 +301,7 @@ class WritersLock:
         """Take the lock if it is free, without waiting; never while this process's
         :class:`_Handoff` thread is in a ``flock`` of its own (only a waiter of this process,
         holding its thread lock as the caller does, starts one)."""
-        if self._handoff is not None and self._handoff.in_flight:
+        if self._handoff is not None and self._handoff.under_way():
             return False
         try:
             _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

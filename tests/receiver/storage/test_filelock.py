@@ -401,3 +401,35 @@ def test_no_lock_nb_try_beside_a_handoff_under_way(held_elsewhere, monkeypatch) 
     with lock.hold(timeout=10):
         pass
     assert tries == []
+
+
+def test_a_lock_nb_try_waits_for_the_handoff_letting_go_of_a_lock_nobody_wanted(
+    held_elsewhere,  # type: ignore[no-untyped-def]
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    # The handoff thread got the lock after its waiter gave up, and lets it go: a waiter
+    # that reads in_flight between the thread's "no longer under way" and its LOCK_UN
+    # would take the lock with a LOCK_NB try (the open file holds it already), and the
+    # thread's LOCK_UN would then let go of the lock that waiter holds.
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    with pytest.raises(TimeoutError):
+        with lock.hold(timeout=0.05):
+            pytest.fail("entered while another process held the lock")
+    real = filelock._flock
+    unlocking = threading.Event()
+
+    def flock(fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_UN and threading.current_thread().name.startswith(
+            "hookledger-lock-"
+        ):
+            unlocking.set()
+            time.sleep(0.5)  # the scheduler switching threads just before the call
+        real(fd, operation)
+
+    monkeypatch.setattr(filelock, "_flock", flock)
+    go.set()
+    assert unlocking.wait(10)
+    with lock.hold(timeout=10):
+        # Held, and held alone: another process cannot get in.
+        assert not _other_process_gets_it(path, timeout=1.5)
