@@ -189,6 +189,13 @@ class _Handoff:
                 self._granted = False
             finally:
                 self._wanted = False
+                self._error = None
+                if self._granted:
+                    # Got for this waiter, which leaves with an exception (a signal's
+                    # handler raising as the lock was handed over): let it go, or the open
+                    # file would keep it for nobody, and the next wait take this grant.
+                    self._granted = False
+                    _flock(self._fd, fcntl.LOCK_UN)
 
     def under_way(self) -> bool:
         """Whether the thread is in a ``flock`` (``in_flight``), or has yet to let go of the

@@ -433,3 +433,41 @@ def test_a_lock_nb_try_waits_for_the_handoff_letting_go_of_a_lock_nobody_wanted(
     with lock.hold(timeout=10):
         # Held, and held alone: another process cannot get in.
         assert not _other_process_gets_it(path, timeout=1.5)
+
+
+def test_a_waiter_interrupted_as_the_lock_is_handed_over_lets_it_go(
+    held_elsewhere,  # type: ignore[no-untyped-def]
+) -> None:
+    # A signal's handler raising in the waiting thread (Ctrl-C's KeyboardInterrupt, the
+    # SystemExit of gunicorn's SIGQUIT; the group commit goes on with its other waiters)
+    # just as the handoff thread got the lock for it: the lock is let go, not kept by an
+    # open file nobody holds it with, and a later wait does not take that grant for its own.
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    with pytest.raises(TimeoutError):
+        with lock.hold(timeout=0.05):
+            pytest.fail("entered while another process held the lock")
+    handoff = lock._handoff
+    assert handoff is not None
+    real = handoff._answered
+
+    class Interrupted:
+        def notify(self) -> None:
+            real.notify()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            while not handoff._granted:  # the signal comes as the thread grants the lock
+                real.wait(0.01)
+            raise KeyboardInterrupt
+
+    handoff._answered = Interrupted()  # type: ignore[assignment]
+    go.set()
+    with pytest.raises(KeyboardInterrupt):
+        with lock.hold(timeout=10):
+            pytest.fail("entered although interrupted")
+    handoff._answered = real
+    assert _other_process_gets_it(path, timeout=2)
+    with WritersLock(path).hold(timeout=1):  # another open file holds it
+        with pytest.raises(TimeoutError):
+            with lock.hold(timeout=0.2):
+                pytest.fail("entered while another lock object held it")
