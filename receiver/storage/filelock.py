@@ -147,21 +147,28 @@ class _Handoff:
         self._error: OSError | None = None
         self._thread: threading.Thread | None = None
 
-    def take(self, deadline: float, patience: float | None) -> None:
+    def take(self, deadline: float, patience: float | None) -> bool:
         """Wait for the lock (the caller holds its process's thread lock, and the process does
         not hold the ``flock``): return holding it, or raise ``TimeoutError`` at ``deadline``
         (monotonic), :class:`HeldTooLong` when the holder's stamp says it has held it for
-        longer than ``patience``, or the ``OSError`` of the ``flock``."""
+        longer than ``patience``, or the ``OSError`` of the ``flock``. ``False``, not holding
+        it, when no thread could be started for the wait (the process's limit of threads
+        reached, or the interpreter shutting down): the caller polls instead."""
         with self._mutex:
             self._wanted = True
             try:
                 if not self.in_flight:
                     self.in_flight = True
                     if self._thread is None:
-                        self._thread = threading.Thread(
+                        thread = threading.Thread(
                             target=self._run, name=f"hookledger-lock-{self._name}", daemon=True
                         )
-                        self._thread.start()
+                        try:
+                            thread.start()
+                        except RuntimeError:  # no thread to be had: the caller polls
+                            self.in_flight = False
+                            return False
+                        self._thread = thread
                     else:
                         self._asked.notify()
                 #: When the holder's stamp is worth reading again: not before its hold can
@@ -187,6 +194,7 @@ class _Handoff:
                         raise TimeoutError("another process held the writers' lock too long")
                     self._answered.wait(wake - now)
                 self._granted = False
+                return True
             finally:
                 self._wanted = False
                 self._error = None
@@ -286,7 +294,8 @@ class WritersLock:
             if not self._try(fd):
                 if self._handoff is None:
                     self._handoff = _Handoff(fd, os.path.basename(self.path))
-                self._handoff.take(deadline, patience)
+                if not self._handoff.take(deadline, patience):
+                    self._poll(fd, deadline, patience)
             if not self.stamped:
                 try:
                     yield
@@ -303,6 +312,22 @@ class WritersLock:
                     _flock(fd, fcntl.LOCK_UN)
         finally:
             self._threads.release()
+
+    def _poll(self, fd: int, deadline: float, patience: float | None) -> None:
+        """Wait for the lock by a ``LOCK_NB`` try every :data:`POLL_SECONDS`, where no
+        :class:`_Handoff` thread could be started (a thread limit reached must not leave the
+        handoff marked under way for good, every later write of the process timing out)."""
+        look_at = 0.0  # as in _Handoff.take
+        while not self._try(fd):
+            now = time.monotonic()
+            if patience is not None and now >= look_at:
+                held = _held_for(fd)
+                if held > patience:
+                    raise HeldTooLong("another process has held the writers' lock too long")
+                look_at = now + max(patience - held, POLL_SECONDS)
+            if now >= deadline:
+                raise TimeoutError("another process held the writers' lock too long")
+            time.sleep(POLL_SECONDS)
 
     def _try(self, fd: int) -> bool:
         """Take the lock if it is free, without waiting; never while this process's

@@ -471,3 +471,28 @@ def test_a_waiter_interrupted_as_the_lock_is_handed_over_lets_it_go(
         with pytest.raises(TimeoutError):
             with lock.hold(timeout=0.2):
                 pytest.fail("entered while another lock object held it")
+
+
+def test_a_wait_without_a_thread_to_be_had_polls_and_leaves_the_handoff_usable(
+    held_elsewhere,  # type: ignore[no-untyped-def]
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    # "can't start new thread" (a container's limit of processes reached, say): that wait
+    # polls, as before the handoff; the handoff is not left marked under way with no thread
+    # (every later wait of the process would then time out, the lock free or not).
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+
+    def start(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", start)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            with lock.hold(timeout=0.2):
+                pytest.fail("entered while another process held the lock")
+        assert 0.2 <= time.monotonic() - started < 1.0
+    go.set()
+    with lock.hold(timeout=10):
+        assert not _other_process_gets_it(path, timeout=0.2)
