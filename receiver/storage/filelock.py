@@ -26,6 +26,7 @@ for a hold of 0.42 ms; handed over by the kernel, 0.06 ms).
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import errno
 import fcntl
@@ -33,6 +34,7 @@ import os
 import struct
 import threading
 import time
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -292,10 +294,13 @@ class WritersLock:
         try:
             fd = self._file()
             if not self._try(fd):
-                if self._handoff is None:
-                    self._handoff = _Handoff(fd, os.path.basename(self.path))
-                if not self._handoff.take(deadline, patience):
+                if not _native_threads():
                     self._poll(fd, deadline, patience)
+                else:
+                    if self._handoff is None:
+                        self._handoff = _Handoff(fd, os.path.basename(self.path))
+                    if not self._handoff.take(deadline, patience):
+                        self._poll(fd, deadline, patience)
             if not self.stamped:
                 try:
                     yield
@@ -342,6 +347,14 @@ class WritersLock:
                 raise
             return False
         return True
+
+
+def _native_threads() -> bool:
+    """Whether a thread is one of the system's: not where ``threading`` was monkey-patched
+    into greenlets (gunicorn's gevent and eventlet workers), whose "thread" in a blocking
+    ``flock`` would block the whole process, every request of it and the waiter's own timeout
+    and patience, until another process let go of the lock."""
+    return isinstance(_thread.start_new_thread, types.BuiltinFunctionType)
 
 
 def _held_for(fd: int) -> float:

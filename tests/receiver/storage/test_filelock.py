@@ -496,3 +496,31 @@ def test_a_wait_without_a_thread_to_be_had_polls_and_leaves_the_handoff_usable(
     go.set()
     with lock.hold(timeout=10):
         assert not _other_process_gets_it(path, timeout=0.2)
+
+
+def test_under_green_threads_a_wait_polls(held_elsewhere, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # gevent's or eventlet's monkey-patching (gunicorn's gevent and eventlet workers) makes a
+    # thread a greenlet: its blocking flock would block the whole process until the other
+    # process let go, the waiter's timeout and patience with it. Such a wait polls, the
+    # sleeps between tries giving way to the process's other greenlets.
+    import _thread
+
+    real = _thread.start_new_thread
+
+    def start_new_thread(function, args, kwargs={}):  # type: ignore[no-untyped-def]  # noqa: B006
+        return real(function, args, kwargs)  # (gevent's is a function of Python's)
+
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    with monkeypatch.context() as patched:
+        patched.setattr(_thread, "start_new_thread", start_new_thread)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            with lock.hold(timeout=0.2):
+                pytest.fail("entered while another process held the lock")
+        assert 0.2 <= time.monotonic() - started < 1.0
+        assert lock._handoff is None  # no thread in a blocking flock
+        go.set()
+        with lock.hold(timeout=10):
+            pass
+        assert lock._handoff is None
