@@ -21,7 +21,9 @@ A waiter does not poll. A thread of its process (:class:`_Handoff`) waits in a b
 waits on that thread with its timeout and patience. Polled, a released lock stayed free until
 the next waiter's poll came round and the scheduler ran it (measured under gunicorn, 4 sync
 workers on SQLite: 0.28 ms between one holder's release and the next one's hold, at the median,
-for a hold of 0.42 ms; handed over by the kernel, 0.06 ms).
+for a hold of 0.42 ms; handed over by the kernel, 0.06 ms). Where no such thread is to be had
+(none can be started; green threads, whose blocking ``flock`` would block the whole process)
+a waiter tries the lock every :data:`POLL_SECONDS` instead.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-#: The least time between two reads of the holder's stamp by a waiter with ``patience``
-#: (seconds).
+#: The least time between two reads of the holder's stamp by a waiter with ``patience``; and
+#: between two tries of a waiter that polls (seconds).
 POLL_SECONDS = 0.0005
 
 #: How long a process's :class:`_Handoff` thread waits for another wait of its process before
