@@ -164,15 +164,15 @@ class _Handoff:
                 if not self.in_flight:
                     self.in_flight = True
                     if self._thread is None:
-                        thread = threading.Thread(
+                        self._thread = threading.Thread(
                             target=self._run, name=f"hookledger-lock-{self._name}", daemon=True
                         )
                         try:
-                            thread.start()
+                            self._thread.start()
                         except RuntimeError:  # no thread to be had: the caller polls
+                            self._thread = None
                             self.in_flight = False
                             return False
-                        self._thread = thread
                     else:
                         self._asked.notify()
                 #: When the holder's stamp is worth reading again: not before its hold can
@@ -323,7 +323,8 @@ class WritersLock:
     def _poll(self, fd: int, deadline: float, patience: float | None) -> None:
         """Wait for the lock by a ``LOCK_NB`` try every :data:`POLL_SECONDS`, where no
         :class:`_Handoff` thread could be started (a thread limit reached must not leave the
-        handoff marked under way for good, every later write of the process timing out)."""
+        handoff marked under way for good, every later write of the process timing out) or
+        threads are green (see :func:`_native_threads`)."""
         look_at = 0.0  # as in _Handoff.take
         while not self._try(fd):
             now = time.monotonic()

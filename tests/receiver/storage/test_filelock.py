@@ -524,3 +524,32 @@ def test_under_green_threads_a_wait_polls(held_elsewhere, monkeypatch) -> None: 
         with lock.hold(timeout=10):
             pass
         assert lock._handoff is None
+
+
+def test_a_wait_interrupted_while_its_thread_starts_leaves_one_thread(
+    held_elsewhere,  # type: ignore[no-untyped-def]
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    # Thread.start() interrupted (a signal's handler raising) once the thread runs: the
+    # handoff knows its thread, and a later wait does not start a second one beside it (two
+    # blocking flocks of the one open file: the second succeeds with the first).
+    path, go = held_elsewhere
+    lock = WritersLock(path)
+    real = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        real(self)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", start)
+        with pytest.raises(KeyboardInterrupt):
+            with lock.hold(timeout=5):
+                pytest.fail("entered while another process held the lock")
+    assert lock._handoff is not None
+    first = lock._handoff._thread
+    assert first is not None and first.is_alive()
+    go.set()
+    with lock.hold(timeout=10):
+        pass
+    assert lock._handoff._thread is first
