@@ -207,6 +207,13 @@ def _other_process_gets_it(path: str, timeout: float) -> bool:
         return bool(pool.apply(_try_hold, (path, timeout)))
 
 
+def _gives_up(lock: WritersLock, timeout: float) -> None:
+    """``lock.hold(timeout)`` times out: another holder keeps it (a wait given up)."""
+    with pytest.raises(TimeoutError):
+        with lock.hold(timeout=timeout):
+            pytest.fail("entered while another holder had the lock")
+
+
 @pytest.fixture
 def held_elsewhere(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A lock path held by another process until the yielded ``go`` is set."""
@@ -229,9 +236,7 @@ def test_a_waiter_that_gave_up_leaves_the_lock_free_for_others(held_elsewhere) -
     # waiter has gone, it lets go at once, or another process would wait for nothing.
     path, go = held_elsewhere
     lock = WritersLock(path)
-    with pytest.raises(TimeoutError):
-        with lock.hold(timeout=0.1):
-            pytest.fail("entered while another process held the lock")
+    _gives_up(lock, 0.1)
     assert lock._handoff is not None and lock._handoff.in_flight
     go.set()
     assert _other_process_gets_it(path, timeout=10)
@@ -246,9 +251,7 @@ def test_the_next_waiter_of_the_process_takes_the_flock_still_under_way(
 ) -> None:
     path, go = held_elsewhere
     lock = WritersLock(path)
-    with pytest.raises(TimeoutError):
-        with lock.hold(timeout=0.1):
-            pytest.fail("entered while another process held the lock")
+    _gives_up(lock, 0.1)
     threading.Timer(0.3, go.set).start()
     with lock.hold(timeout=10):
         # Held, and held alone: another process cannot get in.
@@ -344,9 +347,7 @@ def test_an_idle_handoff_thread_ends_and_a_new_wait_starts_another(
     # A later wait starts a thread again.
     other = WritersLock(path)
     with other.hold(timeout=1):
-        with pytest.raises(TimeoutError):
-            with lock.hold(timeout=0.05):
-                pytest.fail("entered while another lock object held it")
+        _gives_up(lock, 0.05)
     with lock.hold(timeout=10):
         pass
 
@@ -355,9 +356,7 @@ def test_a_child_forked_during_a_wait_waits_on_its_own(held_elsewhere) -> None: 
     # The parent's handoff thread (and its flock under way) is not the child's.
     path, go = held_elsewhere
     lock = WritersLock(path)
-    with pytest.raises(TimeoutError):
-        with lock.hold(timeout=0.1):
-            pytest.fail("entered while another process held the lock")
+    _gives_up(lock, 0.1)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -382,9 +381,7 @@ def test_no_lock_nb_try_beside_a_handoff_under_way(held_elsewhere, monkeypatch) 
     # open file (it would succeed as soon as the handoff's call had).
     path, go = held_elsewhere
     lock = WritersLock(path)
-    with pytest.raises(TimeoutError):
-        with lock.hold(timeout=0.05):
-            pytest.fail("entered while another process held the lock")
+    _gives_up(lock, 0.05)
     tries: list[int] = []
     real = filelock._flock
 
@@ -394,9 +391,7 @@ def test_no_lock_nb_try_beside_a_handoff_under_way(held_elsewhere, monkeypatch) 
         real(fd, operation)
 
     monkeypatch.setattr(filelock, "_flock", flock)
-    with pytest.raises(TimeoutError):
-        with lock.hold(timeout=0.05):
-            pytest.fail("entered while another process held the lock")
+    _gives_up(lock, 0.05)
     go.set()
     with lock.hold(timeout=10):
         pass
@@ -413,9 +408,7 @@ def test_a_lock_nb_try_waits_for_the_handoff_letting_go_of_a_lock_nobody_wanted(
     # thread's LOCK_UN would then let go of the lock that waiter holds.
     path, go = held_elsewhere
     lock = WritersLock(path)
-    with pytest.raises(TimeoutError):
-        with lock.hold(timeout=0.05):
-            pytest.fail("entered while another process held the lock")
+    _gives_up(lock, 0.05)
     real = filelock._flock
     unlocking = threading.Event()
 
@@ -444,9 +437,7 @@ def test_a_waiter_interrupted_as_the_lock_is_handed_over_lets_it_go(
     # open file nobody holds it with, and a later wait does not take that grant for its own.
     path, go = held_elsewhere
     lock = WritersLock(path)
-    with pytest.raises(TimeoutError):
-        with lock.hold(timeout=0.05):
-            pytest.fail("entered while another process held the lock")
+    _gives_up(lock, 0.05)
     handoff = lock._handoff
     assert handoff is not None
     real = handoff._answered
@@ -468,9 +459,7 @@ def test_a_waiter_interrupted_as_the_lock_is_handed_over_lets_it_go(
     handoff._answered = real
     assert _other_process_gets_it(path, timeout=2)
     with WritersLock(path).hold(timeout=1):  # another open file holds it
-        with pytest.raises(TimeoutError):
-            with lock.hold(timeout=0.2):
-                pytest.fail("entered while another lock object held it")
+        _gives_up(lock, 0.2)
 
 
 def test_a_wait_without_a_thread_to_be_had_polls_and_leaves_the_handoff_usable(
@@ -489,9 +478,7 @@ def test_a_wait_without_a_thread_to_be_had_polls_and_leaves_the_handoff_usable(
     with monkeypatch.context() as patched:
         patched.setattr(threading.Thread, "start", start)
         started = time.monotonic()
-        with pytest.raises(TimeoutError):
-            with lock.hold(timeout=0.2):
-                pytest.fail("entered while another process held the lock")
+        _gives_up(lock, 0.2)
         assert 0.2 <= time.monotonic() - started < 1.0
     go.set()
     with lock.hold(timeout=10):
@@ -515,9 +502,7 @@ def test_under_green_threads_a_wait_polls(held_elsewhere, monkeypatch) -> None: 
     with monkeypatch.context() as patched:
         patched.setattr(_thread, "start_new_thread", start_new_thread)
         started = time.monotonic()
-        with pytest.raises(TimeoutError):
-            with lock.hold(timeout=0.2):
-                pytest.fail("entered while another process held the lock")
+        _gives_up(lock, 0.2)
         assert 0.2 <= time.monotonic() - started < 1.0
         assert lock._handoff is None  # no thread in a blocking flock
         go.set()
