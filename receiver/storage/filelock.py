@@ -175,28 +175,14 @@ class _Handoff:
                             return False
                     else:
                         self._asked.notify()
-                #: When the holder's stamp is worth reading again: not before its hold can
-                #: have passed ``patience`` (a read per wake-up would be a system call, and a
-                #: wait for the GIL, for nothing). A new holder only stamps a later time.
                 look_at = 0.0
                 while not self._granted:
                     if self._error is not None:
                         error, self._error = self._error, None
                         raise error
                     now = time.monotonic()
-                    wake = deadline
-                    if patience is not None:
-                        if now >= look_at:
-                            held = _held_for(self._fd)
-                            if held > patience:
-                                raise HeldTooLong(
-                                    "another process has held the writers' lock too long"
-                                )
-                            look_at = now + max(patience - held, POLL_SECONDS)
-                        wake = min(wake, look_at)
-                    if now >= deadline:
-                        raise TimeoutError("another process held the writers' lock too long")
-                    self._answered.wait(wake - now)
+                    look_at = _judge_wait(self._fd, now, deadline, patience, look_at)
+                    self._answered.wait(min(deadline, look_at) - now)
                 self._granted = False
                 return True
             finally:
@@ -325,16 +311,9 @@ class WritersLock:
         :class:`_Handoff` thread could be started (a thread limit reached must not leave the
         handoff marked under way for good, every later write of the process timing out) or
         threads are green (see :func:`_native_threads`)."""
-        look_at = 0.0  # as in _Handoff.take
+        look_at = 0.0
         while not self._try(fd):
-            now = time.monotonic()
-            if patience is not None and now >= look_at:
-                held = _held_for(fd)
-                if held > patience:
-                    raise HeldTooLong("another process has held the writers' lock too long")
-                look_at = now + max(patience - held, POLL_SECONDS)
-            if now >= deadline:
-                raise TimeoutError("another process held the writers' lock too long")
+            look_at = _judge_wait(fd, time.monotonic(), deadline, patience, look_at)
             time.sleep(POLL_SECONDS)
 
     def _try(self, fd: int) -> bool:
@@ -350,6 +329,27 @@ class WritersLock:
                 raise
             return False
         return True
+
+
+def _judge_wait(
+    fd: int, now: float, deadline: float, patience: float | None, look_at: float
+) -> float:
+    """One look of a waiter (:meth:`_Handoff.take`, :meth:`WritersLock._poll`) at its wait,
+    at ``now``: :class:`HeldTooLong` if the holder's stamp says it has held the lock for longer
+    than ``patience``, ``TimeoutError`` at ``deadline``; else when the stamp is worth reading
+    again (``look_at``, as given back the last time; ``inf`` without patience): not before the
+    hold can have passed ``patience`` (a read per wake-up would be a system call, and a wait
+    for the GIL, for nothing). A new holder only stamps a later time."""
+    if patience is None:
+        look_at = float("inf")
+    elif now >= look_at:
+        held = _held_for(fd)
+        if held > patience:
+            raise HeldTooLong("another process has held the writers' lock too long")
+        look_at = now + max(patience - held, POLL_SECONDS)
+    if now >= deadline:
+        raise TimeoutError("another process held the writers' lock too long")
+    return look_at
 
 
 def _native_threads() -> bool:
